@@ -1,0 +1,193 @@
+"""Consolidation: from a batch of task events to committed graph edits (paper §3.4).
+
+For each batch: parse and validate every event (a malformed one goes to the dead-letter stream with
+the field that is wrong), resolve what was retrieved for it, take the stored decision or ask the
+controller (explicit verdicts first), store the decision before applying it, apply each event's plan
+atomically, and ack only what is committed. A redelivered event finds its stored decision and its
+applied marker, so it changes nothing twice and costs no second controller call.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from evomem import controllers
+from evomem.controllers import Controller, DecisionInput
+from evomem.editing import EditPlan, plan_edits
+from evomem.errors import InvalidEventError, TransientError
+from evomem.ports import ApplyResult, GraphStore
+from evomem.settings import Settings
+from evomem.stream import Entry, EventStream, reason_of
+from schemas import ControllerDecision, TaskEvent
+from schemas.models import utcnow
+
+log = structlog.get_logger("evomem.consolidation")
+
+SimilarLookup = Callable[[str, str], list[str]]
+"""(namespace, query text) → ids of the most similar past queries, for events reported without a
+retrieval record."""
+
+
+@dataclass
+class ConsolidationReport:
+    events: int = 0
+    applied: int = 0
+    replayed: int = 0
+    dead_lettered: int = 0
+    deferred: int = 0
+    operations: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    def merge(self, other: ConsolidationReport) -> None:
+        self.events += other.events
+        self.applied += other.applied
+        self.replayed += other.replayed
+        self.dead_lettered += other.dead_lettered
+        self.deferred += other.deferred
+        self.operations.update(other.operations)
+        self.outcomes.update(other.outcomes)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "events": self.events, "applied": self.applied, "replayed": self.replayed,
+            "dead_lettered": self.dead_lettered, "deferred": self.deferred,
+            "operations": dict(self.operations), "outcomes": dict(self.outcomes),
+        }
+
+
+@dataclass
+class _Work:
+    entry: Entry
+    event: TaskEvent
+    retrieved: list[str]
+    similar: list[str]
+    decision: ControllerDecision | None = None
+
+
+class Consolidator:
+    def __init__(
+        self, graph: GraphStore, stream: EventStream, controller: Controller, settings: Settings,
+        similar_lookup: SimilarLookup | None = None, max_deliveries: int = 5,
+    ) -> None:
+        self.graph = graph
+        self.stream = stream
+        self.controller = controller
+        self.settings = settings
+        self.similar_lookup = similar_lookup
+        self.max_deliveries = max_deliveries
+
+    def process(self, entries: Sequence[Entry]) -> ConsolidationReport:
+        report = ConsolidationReport(events=len(entries))
+        work = [w for w in (self._prepare(e, report) for e in entries) if w is not None]
+        work = self._validate_ids(work, report)
+        self._decide(work)
+        for w in work:
+            assert w.decision is not None
+            plan = plan_edits(
+                w.event, w.decision, retrieved=w.retrieved, similar=w.similar,
+                allowed_operations=self.settings.allowed_operations,
+                archive_policy=self.settings.archive_policy, archive_ratio=self.settings.archive_ratio,
+                at=utcnow(),
+            )
+            try:
+                result = self.graph.apply(plan)
+            except TransientError:
+                raise  # leave the rest pending; it is redelivered
+            except Exception as exc:
+                self._failed(w.entry, exc, report)
+                continue
+            self.stream.ack([w.entry.id])
+            self._count(plan, result, report)
+        return report
+
+    # -- steps ---------------------------------------------------------------------------------
+    def _prepare(self, entry: Entry, report: ConsolidationReport) -> _Work | None:
+        if entry.raw is None:
+            self._dead_letter(entry, "event: the entry was trimmed from the stream before it was consumed",
+                              "event", report)
+            return None
+        try:
+            event = TaskEvent.model_validate_json(entry.raw)
+        except Exception as exc:
+            reason, fld = reason_of(exc)
+            self._dead_letter(entry, reason, fld, report)
+            return None
+        retrieved = list(event.retrieved_insight_ids)
+        similar: list[str] | None = None
+        if event.retrieval_id:
+            record = self.graph.load_retrieval(event.retrieval_id)
+            if record is not None:
+                if record.namespace != event.namespace:
+                    self._dead_letter(entry, f"retrieval_id: retrieval {event.retrieval_id} belongs to another "
+                                      "namespace", "retrieval_id", report)
+                    return None
+                retrieved = [*record.insight_ids, *retrieved]
+                similar = list(record.similar)
+        retrieved = list(dict.fromkeys([*retrieved, *event.insight_feedback]))
+        if similar is None:
+            similar = self.similar_lookup(event.namespace, event.query) if self.similar_lookup else []
+        return _Work(entry, event, retrieved, similar)
+
+    def _validate_ids(self, work: list[_Work], report: ConsolidationReport) -> list[_Work]:
+        all_ids = {i for w in work for i in w.retrieved}
+        owners = self.graph.namespace_of(all_ids) if all_ids else {}
+        kept = []
+        for w in work:
+            bad = next((i for i in w.retrieved if owners.get(i) != w.event.namespace), None)
+            if bad is None:
+                kept.append(w)
+                continue
+            fld = (f"insight_feedback[{bad}]" if bad in w.event.insight_feedback
+                   else f"retrieved_insight_ids[{bad}]" if bad in w.event.retrieved_insight_ids
+                   else "retrieval_id")
+            err = InvalidEventError(fld, f"no insight {bad!r} in namespace {w.event.namespace!r}")
+            self._dead_letter(w.entry, str(err), fld, report)
+        return kept
+
+    def _decide(self, work: list[_Work]) -> None:
+        undecided = []
+        for w in work:
+            w.decision = self.graph.load_decision(str(w.event.event_id))
+            if w.decision is None:
+                undecided.append(w)
+        if not undecided:
+            return
+        nodes = self.graph.insights({i for w in undecided for i in w.retrieved})
+        inputs = [
+            DecisionInput(w.event, tuple(nodes[i] for i in w.retrieved if i in nodes),
+                          self.settings.allowed_operations)
+            for w in undecided
+        ]
+        for w, decision in zip(undecided, controllers.decide(inputs, self.controller), strict=True):
+            w.decision = self.graph.save_decision(str(w.event.event_id), decision)
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+    def _failed(self, entry: Entry, exc: Exception, report: ConsolidationReport) -> None:
+        if entry.deliveries >= self.max_deliveries:
+            reason, fld = reason_of(exc)
+            self._dead_letter(entry, f"apply failed after {entry.deliveries} deliveries: {reason}", fld, report)
+        else:
+            report.deferred += 1
+            log.warning("event.apply_failed", entry_id=entry.id, deliveries=entry.deliveries, error=str(exc))
+
+    def _dead_letter(self, entry: Entry, reason: str, fld: str | None, report: ConsolidationReport) -> None:
+        self.stream.dead_letter(entry, reason, fld)
+        report.dead_lettered += 1
+        log.warning("event.dead_lettered", entry_id=entry.id, reason=reason)
+
+    @staticmethod
+    def _count(plan: EditPlan, result: ApplyResult, report: ConsolidationReport) -> None:
+        if result.replayed:
+            report.replayed += 1
+            return
+        report.applied += 1
+        for o in result.outcomes:
+            report.operations[o.op] += 1
+            report.outcomes[o.outcome] += 1
+
+
+__all__ = ["ConsolidationReport", "Consolidator", "SimilarLookup"]

@@ -1,0 +1,102 @@
+"""The graph controller port (paper §3.4) and the controllers that need no LLM.
+
+A controller sees, per event, the event and the insights retrieved for it, and answers a
+``ControllerDecision``: KEEP / ARCHIVE / REVISE per insight and a separate ADD decision. Explicit
+verdicts carried by the event decide the insights they name; the configured controller decides
+the rest and the ADD. Everything a controller answers is re-checked by ``editing.plan_edits``:
+it can only touch the insights retrieved for that event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from evomem.editing import text_key
+from schemas import AddDecision, ControllerDecision, InsightEdit, InsightNode, PartialVerdict, TaskEvent
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionInput:
+    event: TaskEvent
+    retrieved: tuple[InsightNode, ...]
+    allowed_operations: frozenset[str]
+
+
+class Controller(Protocol):
+    name: str
+    judges_additions: bool
+    """True if the controller decides ADD itself (an LLM may distil an insight nobody proposed)."""
+
+    def decide(self, inputs: Sequence[DecisionInput]) -> list[ControllerDecision]:
+        """One decision per input, in order. May batch several events in one call."""
+        ...
+
+
+class RuleController:
+    """Offline judgement from the outcome alone: a resolved task keeps what it was shown, a failed
+    task counts it as harmful (ARCHIVE, which the evidence policy turns into negative evidence until
+    enough accumulates). ADD takes the agent's ``proposed_insight`` unless it repeats a retrieved one."""
+
+    name = "rules"
+    judges_additions = False
+
+    def decide(self, inputs: Sequence[DecisionInput]) -> list[ControllerDecision]:
+        return [self._decide(i) for i in inputs]
+
+    def _decide(self, inp: DecisionInput) -> ControllerDecision:
+        op = "KEEP" if inp.event.status == "resolved" else "ARCHIVE"
+        edits = [InsightEdit(insight_id=n.id, operation=op, decided_by=self.name) for n in inp.retrieved]
+        proposed = inp.event.proposed_insight
+        seen = {text_key(n.text) for n in inp.retrieved}
+        add = AddDecision()
+        if proposed and text_key(proposed) not in seen:
+            add = AddDecision(decision=True, new_insight_text=proposed, decided_by=self.name)
+        return ControllerDecision(insight_edits=edits, add_new_insight=add)
+
+
+def explicit_edits(event: TaskEvent) -> list[InsightEdit]:
+    """The verdicts an event carries: helpful → KEEP, harmful → ARCHIVE, partial → REVISE."""
+    edits = []
+    for insight_id, verdict in event.insight_feedback.items():
+        if isinstance(verdict, PartialVerdict):
+            edits.append(InsightEdit(insight_id=insight_id, operation="REVISE",
+                                     revised_insight_text=verdict.revised_text, decided_by="feedback"))
+        else:
+            op = "KEEP" if verdict == "helpful" else "ARCHIVE"
+            edits.append(InsightEdit(insight_id=insight_id, operation=op, decided_by="feedback"))
+    return edits
+
+
+def decide(inputs: Sequence[DecisionInput], controller: Controller) -> list[ControllerDecision]:
+    """Explicit verdicts first; the controller is asked only about what they leave open."""
+    explicit = [explicit_edits(i.event) for i in inputs]
+    open_inputs: list[tuple[int, DecisionInput]] = []
+    for n, inp in enumerate(inputs):
+        named = set(inp.event.insight_feedback)
+        rest = tuple(x for x in inp.retrieved if x.id not in named)
+        needs_add = controller.judges_additions or inp.event.proposed_insight is not None
+        if rest or needs_add:
+            open_inputs.append((n, DecisionInput(inp.event, rest, inp.allowed_operations)))
+    answers = controller.decide([i for _, i in open_inputs]) if open_inputs else []
+    by_index = {n: a for (n, _), a in zip(open_inputs, answers, strict=True)}
+    out = []
+    for n, inp in enumerate(inputs):
+        answer = by_index.get(n, ControllerDecision())
+        named = set(inp.event.insight_feedback)
+        edits = explicit[n] + [e for e in answer.insight_edits if e.insight_id not in named]
+        out.append(ControllerDecision(insight_edits=edits, add_new_insight=answer.add_new_insight))
+    return out
+
+
+def make_controller(kind: str) -> Controller:
+    """The controller the settings ask for; ``auto`` is the rule controller until an LLM one exists."""
+    if kind == "llm":
+        from evomem.errors import ConfigError
+
+        raise ConfigError("EVOMEM_CONTROLLER=llm is not available yet; use rules or auto")
+    return RuleController()
+
+
+__all__ = ["Controller", "DecisionInput", "RuleController", "decide", "explicit_edits", "make_controller"]

@@ -1,0 +1,170 @@
+"""Graph editing, paper §3.4 (Eq. 13-18): from a controller decision to an edit plan.
+
+The plan is the complete, deterministic description of what one event does to the graph. Stores
+apply it atomically and idempotently (``GraphStore.apply``); the rules that depend on the state at
+apply time — the evidence policy and edits on superseded nodes — are written down here and
+implemented identically by every store (the contract suite checks that):
+
+* KEEP    q → Ω⁺ (Eq. 17). On an archived node the evidence is recorded and the node stays
+          archived; if the node was revised, q is also forwarded to the active tip of its revision
+          chain, so the insight that replaced it gets the credit.
+* ARCHIVE q → Ω⁻. ``immediate`` (the paper, Eq. 13) deactivates at once; ``evidence`` deactivates
+          only once |Ω⁻| ≥ max(1, ρ·|Ω⁺|), so an active node can carry conflict and λ acts on it.
+* REVISE  old: q → Ω⁻, z=0 (Eq. 14); new node κ′ with Ω⁺ ∪ {q}, ∅, z=1 (Eq. 15). A node that is
+          already archived is not revised again (that would fork its lineage): q → Ω⁻ only.
+* ADD     (κ̂, {q}, ∅, 1) (Eq. 16). If an active insight of the namespace has the same normalised
+          text, no twin is made: q → Ω⁺ of that insight instead.
+* Edges   when Ψ = resolved, (ι_a, ι_b, q) for every retrieved ι_a and every new or revised ι_b (Eq. 18).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Collection
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from schemas import ControllerDecision, TaskEvent
+
+#: Fixed namespace for every id evomem derives, so the same event gives the same ids everywhere.
+ID_NAMESPACE = uuid.UUID("6f1d3c52-8a3e-4f4e-9a57-2d0c1e7b9a11")
+
+PlanOp = Literal["KEEP", "ARCHIVE", "REVISE", "ADD"]
+
+
+class PlannedEdit(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    op: PlanOp
+    insight_id: str | None = None   # the existing node (KEEP/ARCHIVE/REVISE)
+    new_id: str | None = None       # the node created (REVISE/ADD)
+    text: str | None = None         # κ′ or κ̂
+    text_key: str | None = None     # digest of the normalised text, for ADD de-duplication
+    decided_by: str
+
+
+class EditPlan(BaseModel):
+    """Everything one event does to the graph, resolved to ids before it reaches a store."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_id: str
+    namespace: str
+    query_id: str
+    query_text: str
+    status: Literal["resolved", "failed"]
+    trajectory_json: str
+    similar: list[str]              # Qˢ of this query: it is linked to each, both ways
+    retrieved: list[str]            # I_t^ret, for the edge update
+    edits: list[PlannedEdit]
+    archive_policy: Literal["evidence", "immediate"]
+    archive_ratio: float
+    at: datetime
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+
+def query_id_for(event: TaskEvent) -> str:
+    return event.query_id or str(uuid.uuid5(ID_NAMESPACE, f"query:{event.event_id}"))
+
+
+def added_insight_id(event_id: str) -> str:
+    return str(uuid.uuid5(ID_NAMESPACE, f"add:{event_id}"))
+
+
+def revised_insight_id(event_id: str, old_id: str) -> str:
+    return str(uuid.uuid5(ID_NAMESPACE, f"revise:{event_id}:{old_id}"))
+
+
+def text_key(text: str) -> str:
+    """Digest of an insight's text with case, punctuation and spacing ignored."""
+    normalised = " ".join(re.findall(r"\w+", text.lower()))
+    return hashlib.blake2b(normalised.encode(), digest_size=16).hexdigest()
+
+
+def plan_edits(
+    event: TaskEvent,
+    decision: ControllerDecision,
+    *,
+    retrieved: list[str],
+    similar: list[str],
+    allowed_operations: Collection[str],
+    archive_policy: Literal["evidence", "immediate"],
+    archive_ratio: float,
+    at: datetime,
+) -> EditPlan:
+    """Turn a decision into a plan. Edits naming an insight outside ``retrieved`` are dropped, as
+    are edits whose operation is disabled (the ablations of paper Figure 3): the insight is left as
+    it is and nothing is recorded. The first edit for an insight wins."""
+    event_id = str(event.event_id)
+    retrieved_set = set(retrieved)
+    edits: list[PlannedEdit] = []
+    seen: set[str] = set()
+    for edit in decision.insight_edits:
+        if edit.insight_id not in retrieved_set or edit.insight_id in seen:
+            continue
+        seen.add(edit.insight_id)
+        if edit.operation not in allowed_operations:
+            continue
+        if edit.operation == "REVISE":
+            edits.append(
+                PlannedEdit(
+                    op="REVISE",
+                    insight_id=edit.insight_id,
+                    new_id=revised_insight_id(event_id, edit.insight_id),
+                    text=edit.revised_insight_text,
+                    decided_by=edit.decided_by,
+                )
+            )
+        else:
+            edits.append(PlannedEdit(op=edit.operation, insight_id=edit.insight_id, decided_by=edit.decided_by))
+    add = decision.add_new_insight
+    if add.decision and add.new_insight_text:
+        edits.append(
+            PlannedEdit(
+                op="ADD",
+                new_id=added_insight_id(event_id),
+                text=add.new_insight_text,
+                text_key=text_key(add.new_insight_text),
+                decided_by=add.decided_by,
+            )
+        )
+    query_id = query_id_for(event)
+    return EditPlan(
+        event_id=event_id,
+        namespace=event.namespace,
+        query_id=query_id,
+        query_text=event.query,
+        status=event.status,
+        trajectory_json=json.dumps(event.trajectory, default=str),
+        similar=[q for q in dict.fromkeys(similar) if q != query_id],
+        retrieved=list(dict.fromkeys(retrieved)),
+        edits=edits,
+        archive_policy=archive_policy,
+        archive_ratio=archive_ratio,
+        at=at,
+    )
+
+
+def archive_threshold_reached(negatives: int, positives: int, ratio: float) -> bool:
+    """The evidence policy: archive once |Ω⁻| ≥ max(1, ρ·|Ω⁺|)."""
+    return negatives >= max(1.0, ratio * positives)
+
+
+__all__ = [
+    "ID_NAMESPACE",
+    "EditPlan",
+    "PlannedEdit",
+    "added_insight_id",
+    "archive_threshold_reached",
+    "plan_edits",
+    "query_id_for",
+    "revised_insight_id",
+    "text_key",
+]

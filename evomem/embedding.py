@@ -1,0 +1,110 @@
+"""Text embedders: feature hashing by default, an OpenAI-compatible endpoint for production.
+
+The hashing embedder maps word 1-2-grams and character 3-5-grams to 32-bit crc32 buckets with
+1+log(tf) weights, L2-normalised: a sparse vector whose dot product is the cosine. crc32 is the same
+in every process and on every machine, unlike Python's salted ``hash()``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+from evomem.errors import ConfigError, TransientError
+from evomem.settings import Settings
+
+SparseVec = dict[int, float]
+DenseVec = list[float]
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_STOP = frozenset(
+    "a an and are as at be by for from has in is it its of on or that the to was were will with".split()
+)
+
+
+class Embedder(Protocol):
+    kind: Literal["sparse", "dense"]
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> list[SparseVec] | list[DenseVec]: ...
+
+
+class HashingEmbedder:
+    """Deterministic sparse feature hashing; no model, no network, tens of microseconds a text."""
+
+    kind: Literal["sparse", "dense"] = "sparse"
+    dim = 1 << 32
+
+    def __init__(self, char_ngrams: tuple[int, int] = (3, 5), char_weight: float = 0.5) -> None:
+        self.lo, self.hi = char_ngrams
+        self.char_weight = char_weight
+
+    def features(self, text: str) -> Counter[int]:
+        words = [w for w in _WORD.findall(text.lower()) if w not in _STOP]
+        counts: Counter[int] = Counter()
+        for w in words:
+            counts[zlib.crc32(b"w:" + w.encode())] += 2
+        for a, b in zip(words, words[1:], strict=False):
+            counts[zlib.crc32(f"b:{a} {b}".encode())] += 2
+        for w in words:
+            padded = f" {w} "
+            for n in range(self.lo, self.hi + 1):
+                for i in range(len(padded) - n + 1):
+                    counts[zlib.crc32(b"c:" + padded[i : i + n].encode())] += 1
+        return counts
+
+    def embed_one(self, text: str) -> SparseVec:
+        counts = self.features(text)
+        if not counts:
+            return {}
+        vec = {k: 1.0 + math.log(c) for k, c in counts.items()}
+        norm = math.sqrt(sum(v * v for v in vec.values()))
+        return {k: v / norm for k, v in vec.items()}
+
+    def embed(self, texts: Sequence[str]) -> list[SparseVec]:
+        return [self.embed_one(t) for t in texts]
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible embeddings endpoint (``EVOMEM_LLM_BASE_URL``, ``EVOMEM_EMBEDDING_MODEL``)."""
+
+    kind: Literal["sparse", "dense"] = "dense"
+
+    def __init__(self, settings: Settings) -> None:
+        import openai
+
+        if settings.llm_base_url is None and settings.llm_api_key is None:
+            raise ConfigError("EVOMEM_EMBEDDER=openai needs EVOMEM_LLM_BASE_URL or EVOMEM_LLM_API_KEY")
+        self._errors = (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
+        self.client = openai.OpenAI(
+            base_url=settings.llm_base_url,
+            api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else "unused",
+            max_retries=1,
+            timeout=30.0,
+        )
+        self.model = settings.embedding_model
+        self.dim = settings.embedding_dim
+
+    def embed(self, texts: Sequence[str]) -> list[DenseVec]:
+        try:
+            response = self.client.embeddings.create(model=self.model, input=list(texts))
+        except self._errors as exc:
+            raise TransientError(f"embeddings endpoint failed: {type(exc).__name__}") from None
+        vectors = [list(d.embedding) for d in sorted(response.data, key=lambda d: d.index)]
+        for v in vectors:
+            if len(v) != self.dim:
+                raise ConfigError(f"endpoint returned {len(v)}-d vectors; EVOMEM_EMBEDDING_DIM is {self.dim}")
+        return vectors
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    if settings.embedder == "openai":
+        return OpenAIEmbedder(settings)
+    return HashingEmbedder()
+
+
+__all__ = ["DenseVec", "Embedder", "HashingEmbedder", "OpenAIEmbedder", "SparseVec", "make_embedder"]

@@ -1,0 +1,147 @@
+"""The retrieval index on Qdrant Edge (``qdrant-edge-py``): Qdrant's own engine, in process.
+
+Two shards under ``DATA_DIR/qdrant``: past queries and insights. Only one process may open a shard,
+so the process that opens it is the one projector for it. ``state`` is a keyword, not a bool:
+qdrant-edge 0.9.0 never matches a bool payload with ``MatchValue(True)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import qdrant_edge as qe
+
+from evomem.errors import StoreLockedError
+from evomem.index.common import (
+    VECTOR_NAME,
+    candidate_from_payload,
+    insight_payload,
+    node_id_of,
+    point_id,
+    query_payload,
+)
+from evomem.ports import Vector
+from evomem.retrieval import Candidate
+from schemas import InsightNode, QueryNode
+
+SCROLL_PAGE = 1024
+
+
+class EdgeIndex:
+    """A ``VectorIndex`` on two Qdrant Edge shards."""
+
+    def __init__(self, directory: Path, kind: Literal["sparse", "dense"], dim: int) -> None:
+        self.dir = directory.resolve()
+        self.identity = f"edge:{self.dir}"
+        self.kind = kind
+        self.fresh = False
+        self.queries = self._open("queries", kind, dim, [("namespace", True)])
+        self.insights = self._open("insights", kind, dim, [("namespace", True), ("state", False),
+                                                           ("positive", False)])
+
+    def _open(self, name: str, kind: str, dim: int, keywords: list[tuple[str, bool]]) -> Any:
+        path = self.dir / name
+        if kind == "sparse":
+            config = qe.EdgeConfig(sparse_vectors={VECTOR_NAME: qe.EdgeSparseVectorParams()})
+        else:
+            config = qe.EdgeConfig(vectors={VECTOR_NAME: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)})
+        try:
+            if (path / "segments").exists():
+                return qe.EdgeShard.load(str(path))
+            path.mkdir(parents=True, exist_ok=True)
+            shard = qe.EdgeShard.create(str(path), config)
+        except Exception as exc:  # the engine raises a bare exception type for a held WAL lock
+            if "WouldBlock" in str(exc) or "lock" in str(exc).lower():
+                raise StoreLockedError(
+                    f"the embedded Qdrant store at {path} is open in another process; only one process may "
+                    "hold it. Connect to that process's service (EVOMEM_URL) or set EVOMEM_QDRANT_URL."
+                ) from None
+            raise
+        self.fresh = True
+        # payload indexes before the first write, so every segment is built with them
+        for field, tenant in keywords:
+            params = qe.KeywordIndexParams(is_tenant=True) if tenant else qe.PayloadSchemaType.Keyword
+            shard.update(qe.UpdateOperation.create_field_index(field, params))
+        shard.update(qe.UpdateOperation.create_field_index("version", qe.PayloadSchemaType.Integer))
+        return shard
+
+    def _vector(self, vec: Vector) -> Any:
+        if self.kind == "sparse":
+            assert isinstance(vec, dict)
+            items = sorted(vec.items())
+            return {VECTOR_NAME: qe.SparseVector([k for k, _ in items], [v for _, v in items])}
+        return {VECTOR_NAME: list(vec)}
+
+    # -- writes (the projector's) --------------------------------------------------------------
+    def upsert_queries(self, points: Sequence[tuple[QueryNode, Vector]]) -> None:
+        if points:
+            self.queries.update(qe.UpdateOperation.upsert_points(
+                [qe.Point(point_id(q.id), self._vector(v), query_payload(q)) for q, v in points]
+            ))
+
+    def write_insights(self, nodes: Sequence[InsightNode], vectors: Mapping[str, Vector]) -> None:
+        if not nodes:
+            return
+        stored = self.insight_versions([n.id for n in nodes])
+        fresh = [n for n in nodes if stored.get(n.id, 0) < n.version]
+        new_points = [qe.Point(point_id(n.id), self._vector(vectors[n.id]), insight_payload(n))
+                      for n in fresh if n.id not in stored]
+        if new_points:
+            self.insights.update(qe.UpdateOperation.upsert_points(new_points))
+        for n in fresh:
+            if n.id in stored:
+                self.insights.update(qe.UpdateOperation.set_payload([point_id(n.id)], insight_payload(n)))
+
+    # -- reads ---------------------------------------------------------------------------------
+    def search_queries(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
+        if not vector:
+            return []
+        hits = self.queries.query(qe.QueryRequest(
+            limit=k, query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
+            filter=qe.Filter(must=[qe.FieldCondition("namespace", match=qe.MatchValue(namespace))]),
+            with_payload=["id"], with_vector=False,
+        ))
+        return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
+
+    def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
+        if not vector:
+            return []
+        hits = self.insights.query(qe.QueryRequest(
+            limit=k, query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
+            filter=qe.Filter(must=[qe.FieldCondition("namespace", match=qe.MatchValue(namespace)),
+                                   qe.FieldCondition("state", match=qe.MatchValue("active"))]),
+            with_payload=["id"], with_vector=False,
+        ))
+        return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
+
+    def candidate_insights(self, namespace: str, expanded: Collection[str], limit: int) -> list[Candidate]:
+        if not expanded:
+            return []
+        flt = qe.Filter(must=[
+            qe.FieldCondition("namespace", match=qe.MatchValue(namespace)),
+            qe.FieldCondition("state", match=qe.MatchValue("active")),
+            qe.FieldCondition("positive", match=qe.MatchAny(list(expanded))),
+        ])
+        records, _ = self.insights.scroll(qe.ScrollRequest(limit=limit, filter=flt, with_payload=True,
+                                                           with_vector=False))
+        return [candidate_from_payload(r.payload) for r in records]
+
+    def insight_versions(self, ids: Collection[str]) -> dict[str, int]:
+        if not ids:
+            return {}
+        records = self.insights.retrieve([point_id(i) for i in ids], ["id", "version"], False)
+        return {r.payload["id"]: int(r.payload["version"]) for r in records}
+
+    def count(self, kind: Literal["insight", "query"]) -> int:
+        shard = self.insights if kind == "insight" else self.queries
+        return int(shard.count(qe.CountRequest(exact=True)))
+
+    def close(self) -> None:
+        for shard in (self.queries, self.insights):
+            shard.flush()
+            shard.close()
+
+
+__all__ = ["EdgeIndex"]

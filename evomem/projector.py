@@ -1,0 +1,89 @@
+"""The projector: keeps the Qdrant read model in step with the Redis system of record.
+
+It tails the change feed from its cursor, reads the changed nodes' current state from the graph
+store and writes them to the index in batches. Node text never changes, so a vector is computed
+once, when a node first reaches the index; later versions update the payload only, and the index
+never replaces a newer version with an older one. One projector per index: the embedded index can
+only be opened by one process anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from evomem import keys
+from evomem.embedding import Embedder
+from evomem.ports import GraphStore, VectorIndex
+
+BATCH = 2048
+
+
+@dataclass
+class ProjectionReport:
+    changes: int = 0
+    insights: int = 0
+    queries: int = 0
+
+
+class Projector:
+    def __init__(self, graph: GraphStore, index: VectorIndex, embedder: Embedder, cursor_store: redis.Redis | None):
+        self.graph = graph
+        self.index = index
+        self.embedder = embedder
+        self._cursors = cursor_store
+        self._key = keys.projector_cursor(index.identity)
+        self.cursor = "0-0" if index.fresh else self._load_cursor()
+
+    def _load_cursor(self) -> str:
+        if self._cursors is None:
+            return "0-0"
+        raw = self._cursors.get(self._key)
+        return raw.decode() if raw else "0-0"
+
+    def _save_cursor(self) -> None:
+        if self._cursors is not None:
+            self._cursors.set(self._key, self.cursor)
+
+    def run_once(self, max_changes: int = 100_000) -> ProjectionReport:
+        """Project everything the feed holds past the cursor (up to ``max_changes``)."""
+        report = ProjectionReport()
+        while report.changes < max_changes:
+            batch = self.graph.changes(self.cursor, BATCH)
+            if not batch:
+                break
+            insight_ids = list(dict.fromkeys(c.id for c in batch if c.kind == "insight"))
+            query_ids = list(dict.fromkeys(c.id for c in batch if c.kind == "query"))
+            report.queries += self._project_queries(query_ids)
+            report.insights += self._project_insights(insight_ids)
+            report.changes += len(batch)
+            self.cursor = batch[-1].cursor
+            self._save_cursor()
+        return report
+
+    def _project_queries(self, ids: list[str]) -> int:
+        nodes = list(self.graph.queries(ids).values())
+        if not nodes:
+            return 0
+        vectors = self.embedder.embed([q.text for q in nodes])
+        self.index.upsert_queries(list(zip(nodes, vectors, strict=True)))
+        return len(nodes)
+
+    def _project_insights(self, ids: list[str]) -> int:
+        nodes = self.graph.insights(ids)
+        if not nodes:
+            return 0
+        stored = self.index.insight_versions(list(nodes))
+        newer = [n for n in nodes.values() if stored.get(n.id, 0) < n.version]
+        unseen = [n for n in newer if n.id not in stored]
+        vectors = dict(zip((n.id for n in unseen), self.embedder.embed([n.text for n in unseen]), strict=True))
+        self.index.write_insights(newer, vectors)
+        return len(newer)
+
+    def lag(self) -> int:
+        """Changes in the feed the index has not seen yet."""
+        return len(self.graph.changes(self.cursor, BATCH))
+
+
+__all__ = ["ProjectionReport", "Projector"]

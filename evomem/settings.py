@@ -1,0 +1,73 @@
+"""One typed settings object, read from ``EVOMEM_*`` environment variables when asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+OperationsMode = Literal["all", "add+keep+archive", "add+keep"]
+ArchivePolicy = Literal["evidence", "immediate"]
+
+#: Which operations each ablation (paper Figure 3) allows; ADD is always allowed.
+ALLOWED_OPERATIONS: dict[str, frozenset[str]] = {
+    "all": frozenset({"KEEP", "ARCHIVE", "REVISE"}),
+    "add+keep+archive": frozenset({"KEEP", "ARCHIVE"}),
+    "add+keep": frozenset({"KEEP"}),
+}
+
+
+class Settings(BaseSettings):
+    """Every knob of evomem. ``Settings()`` reads the environment at the moment it is built."""
+
+    model_config = SettingsConfigDict(env_prefix="EVOMEM_", extra="ignore", frozen=True)
+
+    data_dir: Path = Path("./.evomem")
+    redis_url: str | None = None
+    qdrant_url: str | None = None
+    qdrant_api_key: SecretStr | None = None
+
+    top_k: int = Field(5, ge=1, le=1000, description="similar past queries per retrieval (k, Eq. 2)")
+    hops: int = Field(1, ge=0, le=4, description="query-graph expansion depth (Eq. 3)")
+    budget: int = Field(3, ge=1, le=100, description="insights served at most (B, Eq. 10)")
+    lambda_: float = Field(
+        1.0, ge=0.0, validation_alias=AliasChoices("EVOMEM_LAMBDA", "lambda_", "lambda"),
+        description="conflict penalty weight (λ, Eq. 8)",
+    )
+    operations: OperationsMode = "all"
+    archive_policy: ArchivePolicy = "evidence"
+    archive_ratio: float = Field(0.5, ge=0.0)
+
+    embedder: Literal["hashing", "openai"] = "hashing"
+    embedding_model: str = "text-embedding-3-small"
+    embedding_dim: int = Field(1536, ge=8)
+
+    controller: Literal["auto", "llm", "rules"] = "auto"
+    llm_model: str = "gpt-4o-mini"
+    llm_base_url: str | None = Field(
+        None, validation_alias=AliasChoices("EVOMEM_LLM_BASE_URL", "OPENAI_BASE_URL", "llm_base_url")
+    )
+    llm_api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("EVOMEM_LLM_API_KEY", "OPENAI_API_KEY", "llm_api_key")
+    )
+
+    stream_maxlen: int = Field(1_000_000, ge=1000, description="approximate cap of the event stream")
+    retrieval_ttl_s: int = Field(86_400, ge=60, description="how long a retrieval can be reported on")
+    consumer_name: str | None = None
+
+    @property
+    def allowed_operations(self) -> frozenset[str]:
+        return ALLOWED_OPERATIONS[self.operations]
+
+    @property
+    def embedded_redis(self) -> bool:
+        return self.redis_url is None
+
+    @property
+    def embedded_qdrant(self) -> bool:
+        return self.qdrant_url is None
+
+
+__all__ = ["ALLOWED_OPERATIONS", "ArchivePolicy", "OperationsMode", "Settings"]

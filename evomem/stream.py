@@ -1,0 +1,159 @@
+"""The task-event stream in Redis: publish, read in batches through a consumer group, ack, dead-letter.
+
+On the stream an event is one entry with one field, ``event``, whose value is the JSON document of
+the task event's JSON Schema; any language can publish with a plain XADD.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from evomem import keys
+from evomem.errors import InvalidEventError, TransientError
+from schemas import TaskEvent
+
+# Checks, in one round trip with the XADD, that every insight the event names exists in its
+# namespace; returns the first offending id, or the new entry id prefixed by "ok:".
+_PUBLISH = """
+local ns = ARGV[1]
+local doc = ARGV[4]
+for i = 5, #ARGV do
+  local found = redis.call('HGET', ARGV[2] .. ':ins:' .. ARGV[i], 'namespace')
+  if found ~= ns then return 'bad:' .. ARGV[i] end
+end
+return 'ok:' .. redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'event', doc)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    id: str
+    raw: bytes | None  # None when the entry was trimmed away while pending
+    deliveries: int = 1
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class EventStream:
+    def __init__(self, client: redis.Redis, maxlen: int = 1_000_000, stream: str = keys.EVENTS_STREAM,
+                 group: str = keys.CONSUMER_GROUP) -> None:
+        self.r = client
+        self.maxlen = maxlen
+        self.stream = stream
+        self.group = group
+        self._publish = self.r.register_script(_PUBLISH)
+        self._group_ready = False
+
+    def publish(self, event: TaskEvent) -> str:
+        """Validate the ids the event names and append it, in one round trip; return the entry id."""
+        doc = event.model_dump_json()
+        named = event.named_insight_ids()
+        try:
+            res = _s(self._publish(keys=[self.stream], args=[event.namespace, keys.PREFIX, self.maxlen, doc, *named]))
+        except redis.ConnectionError as exc:
+            raise TransientError("redis unreachable; the event was not published") from exc
+        if res.startswith("bad:"):
+            bad = res[4:]
+            field = (f"insight_feedback[{bad}]" if bad in event.insight_feedback
+                     else f"retrieved_insight_ids[{event.retrieved_insight_ids.index(bad)}]")
+            raise InvalidEventError(field, f"no insight {bad!r} in namespace {event.namespace!r}")
+        return res[3:]
+
+    def publish_raw(self, document: str | bytes) -> str:
+        """Append a document as it is, unvalidated (what a foreign publisher's XADD does)."""
+        return _s(self.r.xadd(self.stream, {"event": document}, maxlen=self.maxlen, approximate=True))
+
+    def ensure_group(self) -> None:
+        if self._group_ready:
+            return
+        try:
+            self.r.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    def read(self, consumer: str, count: int, block_ms: int | None = None, pending_first: bool = True) -> list[Entry]:
+        """A batch for ``consumer``: its own unacknowledged entries first, then new ones."""
+        self.ensure_group()
+        entries: list[Entry] = []
+        try:
+            if pending_first:
+                entries = self._parse(self.r.xreadgroup(self.group, consumer, {self.stream: "0"}, count=count))
+                if entries:
+                    return self._with_deliveries(entries)
+            return self._parse(self.r.xreadgroup(self.group, consumer, {self.stream: ">"}, count=count,
+                                                 block=block_ms))
+        except redis.ConnectionError as exc:
+            raise TransientError("redis unreachable while reading events") from exc
+
+    def _parse(self, reply: Any) -> list[Entry]:
+        out = []
+        for _stream, items in reply or []:
+            for entry_id, fields in items:
+                raw = fields.get(b"event") if fields else None
+                out.append(Entry(_s(entry_id), raw))
+        return out
+
+    def _with_deliveries(self, entries: list[Entry]) -> list[Entry]:
+        pending = self.r.xpending_range(self.stream, self.group, min=entries[0].id, max=entries[-1].id,
+                                        count=len(entries) * 2)
+        counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
+        return [Entry(e.id, e.raw, counts.get(e.id, 1)) for e in entries]
+
+    def ack(self, ids: Sequence[str]) -> None:
+        if ids:
+            self.r.xack(self.stream, self.group, *ids)
+
+    def dead_letter(self, entry: Entry, reason: str, field: str | None = None) -> None:
+        """Move an entry to the dead-letter stream with its reason, and ack it, atomically."""
+        doc = {"source_id": entry.id, "reason": reason, "field": field or "", "deliveries": str(entry.deliveries),
+               "at": str(time.time()), "event": entry.raw if entry.raw is not None else b""}
+        pipe = self.r.pipeline(transaction=True)
+        pipe.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
+        pipe.xack(self.stream, self.group, entry.id)
+        pipe.execute()
+
+    def dlq(self, count: int = 100) -> list[dict[str, str]]:
+        items = self.r.xrevrange(keys.DLQ_STREAM, count=count)
+        return [{"id": _s(i), **{_s(k): _s(v) for k, v in f.items()}} for i, f in items]
+
+    def info(self) -> dict[str, int]:
+        """Stream length, pending and lag of the group, dead letters."""
+        self.ensure_group()
+        length = int(self.r.xlen(self.stream))
+        groups = {(_s(g["name"])): g for g in self.r.xinfo_groups(self.stream)}
+        g = groups.get(self.group, {})
+        lag = g.get("lag")
+        return {
+            "length": length,
+            "pending": int(g.get("pending", 0)),
+            "lag": int(lag) if lag is not None else -1,
+            "dead_letters": int(self.r.xlen(keys.DLQ_STREAM)),
+        }
+
+
+def reason_of(exc: Exception) -> tuple[str, str | None]:
+    """A one-line reason and the offending field for a validation failure."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, InvalidEventError):
+        return str(exc), exc.field
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "event"
+        return f"{field}: {err['msg']}", field
+    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+        return f"event: not valid JSON ({exc})", "event"
+    return f"{type(exc).__name__}: {exc}", None
+
+
+__all__ = ["Entry", "EventStream", "reason_of"]

@@ -1,0 +1,179 @@
+"""Wire contracts of evomem: the task event, the graph nodes and the controller decision.
+
+Pydantic models only, no I/O. Their JSON Schemas live in ``schemas/json`` for publishers in other
+languages; ``python -m schemas`` writes them and a test keeps them in step.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+
+#: Bounds that keep one event from swamping the store or a prompt (DESIGN §3: bounded trajectory).
+MAX_QUERY_CHARS = 8_000
+MAX_TRAJECTORY_STEPS = 500
+MAX_TRAJECTORY_BYTES = 256_000
+MAX_INSIGHT_CHARS = 2_000
+MAX_TEXT_CHARS = 16_000
+MAX_RETRIEVED = 100
+
+Namespace = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+]
+NodeId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+InsightText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_INSIGHT_CHARS)]
+TaskStatus = Literal["resolved", "failed"]
+InsightState = Literal["active", "archived"]
+Operation = Literal["KEEP", "ARCHIVE", "REVISE"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PartialVerdict(_Strict):
+    """The insight helped in part but needs rewording: REVISE with this text, stored verbatim."""
+
+    verdict: Literal["partial"]
+    revised_text: InsightText
+
+
+Verdict = Literal["helpful", "harmful"] | PartialVerdict
+TrajectoryStep = Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)] | dict[str, Any]
+
+
+class TaskEvent(_Strict):
+    """What an agent reports after a task: the input of consolidation (DESIGN §8)."""
+
+    event_id: uuid.UUID = Field(default_factory=uuid.uuid4, description="Made by the client; a replay keeps it.")
+    namespace: Namespace
+    query: Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)]
+    query_id: NodeId | None = None
+    retrieval_id: NodeId | None = None
+    retrieved_insight_ids: Annotated[list[NodeId], Field(max_length=MAX_RETRIEVED)] = []
+    status: TaskStatus
+    trajectory: Annotated[list[TrajectoryStep], Field(max_length=MAX_TRAJECTORY_STEPS)] = []
+    final_answer: Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)] | None = None
+    feedback: Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)] | None = None
+    insight_feedback: Annotated[dict[NodeId, Verdict], Field(max_length=MAX_RETRIEVED)] = {}
+    proposed_insight: InsightText | None = None
+    agent_id: Annotated[str, StringConstraints(max_length=128)] | None = None
+    occurred_at: datetime = Field(default_factory=utcnow)
+    schema_version: Literal[1] = SCHEMA_VERSION
+
+    @field_validator("trajectory")
+    @classmethod
+    def _bounded_trajectory(cls, steps: list[TrajectoryStep]) -> list[TrajectoryStep]:
+        size = len(json.dumps(steps, default=str).encode())
+        if size > MAX_TRAJECTORY_BYTES:
+            raise ValueError(f"trajectory is {size} bytes; at most {MAX_TRAJECTORY_BYTES} are accepted")
+        return steps
+
+    @field_validator("retrieved_insight_ids")
+    @classmethod
+    def _unique_ids(cls, ids: list[str]) -> list[str]:
+        return list(dict.fromkeys(ids))
+
+    def named_insight_ids(self) -> list[str]:
+        """Every insight the event refers to, retrieved or judged."""
+        return list(dict.fromkeys([*self.retrieved_insight_ids, *self.insight_feedback]))
+
+
+class QueryNode(_Strict):
+    """q = (Q, Ψ, G_inter): a past task, its status and its (bounded) trajectory."""
+
+    id: NodeId
+    namespace: Namespace
+    text: str
+    status: TaskStatus
+    trajectory: list[TrajectoryStep] = []
+    event_id: str
+    created_at: datetime
+
+
+class InsightNode(_Strict):
+    """ι = (κ, Ω⁺, Ω⁻, z) with its version and lineage (paper Eq. 6)."""
+
+    id: NodeId
+    namespace: Namespace
+    text: str
+    state: InsightState
+    positive: frozenset[str] = frozenset()
+    negative: frozenset[str] = frozenset()
+    version: int = 1
+    revised_from: str | None = None
+    revised_to: str | None = None
+    created_by_event: str
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def active(self) -> bool:
+        return self.state == "active"
+
+
+class InsightEdit(_Strict):
+    """One verdict on a retrieved insight (paper Eq. 11)."""
+
+    insight_id: NodeId
+    operation: Operation
+    revised_insight_text: InsightText | None = None
+    decided_by: str = "controller"
+
+    @model_validator(mode="after")
+    def _revise_needs_text(self) -> InsightEdit:
+        if self.operation == "REVISE" and not self.revised_insight_text:
+            raise ValueError("REVISE needs revised_insight_text")
+        return self
+
+
+class AddDecision(_Strict):
+    """The separate ADD decision a ∈ {0, 1} with its text κ̂ (paper Eq. 12)."""
+
+    decision: bool = False
+    new_insight_text: InsightText | None = None
+    decided_by: str = "controller"
+
+    @model_validator(mode="after")
+    def _add_needs_text(self) -> AddDecision:
+        if self.decision and not self.new_insight_text:
+            raise ValueError("an ADD decision needs new_insight_text")
+        return self
+
+
+class ControllerDecision(_Strict):
+    """The controller's whole answer for one event; stored before it is applied."""
+
+    insight_edits: list[InsightEdit] = []
+    add_new_insight: AddDecision = AddDecision()
+
+    def edit_for(self, insight_id: str) -> InsightEdit | None:
+        return next((e for e in self.insight_edits if e.insight_id == insight_id), None)
+
+
+__all__ = [
+    "MAX_TRAJECTORY_BYTES",
+    "SCHEMA_VERSION",
+    "AddDecision",
+    "ControllerDecision",
+    "InsightEdit",
+    "InsightNode",
+    "InsightState",
+    "Operation",
+    "PartialVerdict",
+    "QueryNode",
+    "TaskEvent",
+    "TaskStatus",
+    "Verdict",
+    "utcnow",
+]
