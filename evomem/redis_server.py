@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from evomem.errors import ConfigError, TransientError
 
@@ -47,11 +49,15 @@ class EmbeddedRedis:
     def client(self) -> redis.Redis:
         return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=30)
 
+    def _probe(self) -> redis.Redis:
+        """A client that fails at once: no retries while probing or shutting down."""
+        return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=5, retry=Retry(NoBackoff(), 0))
+
     def running(self) -> bool:
         if not self.socket.exists():
             return False
         try:
-            return bool(self.client().ping())
+            return bool(self._probe().ping())
         except (redis.ConnectionError, OSError):
             return False
 
@@ -69,10 +75,11 @@ class EmbeddedRedis:
             _executable(), "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
             "--dir", str(self.dir), "--appendonly", "yes", "--appendfsync", "everysec",
             "--save", "", "--maxmemory-policy", "noeviction", "--pidfile", str(self.pidfile),
-            "--daemonize", "no", "--logfile", str(self.dir / "redis.log"),
+            "--daemonize", "yes", "--logfile", str(self.dir / "redis.log"),
         ]
-        subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+        # the server daemonizes itself, so it is nobody's child and outlives the opener if asked to
+        subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=False, timeout=START_TIMEOUT_S)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.running():
@@ -84,7 +91,7 @@ class EmbeddedRedis:
     def stop(self) -> None:
         """Stop the server (it rewrites nothing: AOF is already on disk)."""
         try:
-            self.client().shutdown(nosave=True)
+            self._probe().shutdown(nosave=True)
         except (redis.ConnectionError, OSError):
             pass
         except redis.ResponseError:

@@ -1,0 +1,39 @@
+# The verbs of the project. Each target installs what it needs into .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install demo test lint format bench schemas clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: install            ## a simulated agent fleet on the embedded stack, offline
+	$(BIN)/evomem demo
+
+test: install            ## the whole test suite, on real redis-server and Qdrant Edge
+	$(BIN)/python -m pytest
+
+lint: install            ## ruff and mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install           ## benchmarks; figures printed and written to bench/results.json
+	$(BIN)/evomem bench
+
+schemas: install         ## re-export the JSON Schemas of the wire contracts
+	$(BIN)/python -m schemas.export
+
+clean:
+	rm -rf $(VENV) .evomem .pytest_cache .mypy_cache .ruff_cache

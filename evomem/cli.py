@@ -1,0 +1,257 @@
+"""The ``evomem`` command line: run the demo, query and feed a memory, look inside it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from evomem.errors import EvomemError, InvalidEventError
+from evomem.logs import configure_logging
+from evomem.memory import InsightView, Memory
+from evomem.settings import Settings
+from schemas import TaskEvent
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _out(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _open() -> Memory:
+    return Memory.open(Settings())
+
+
+# -- retrieve / report / consolidate ------------------------------------------------------------
+def cmd_retrieve(args: argparse.Namespace) -> int:
+    with _open() as mem:
+        r = mem.retrieve(args.query, args.namespace, top_k=args.top_k, budget=args.budget)
+    if args.json:
+        _out({"retrieval_id": r.id, "namespace": r.namespace, "similar_queries": list(r.similar),
+              "insights": [vars_of(i) for i in r.insights]})
+        return 0
+    print(f"retrieval {r.id}  ({len(r.similar)} similar queries, {r.expanded} after expansion)")
+    if not r.insights:
+        print("no insight to serve yet")
+    for n, i in enumerate(r.insights, 1):
+        print(f"{n}. [{i.score:+.1f} = {i.support} support − λ·{i.conflict} conflict] {i.text}")
+        print(f"   {i.id}")
+    return 0
+
+
+def vars_of(obj: Any) -> dict[str, Any]:
+    return {k: getattr(obj, k) for k in obj.__slots__}
+
+
+def _feedback(pairs: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        insight_id, sep, verdict = pair.partition("=")
+        if not sep:
+            raise InvalidEventError("insight_feedback", f"expected ID=helpful|harmful|partial:TEXT, got {pair!r}")
+        if verdict.startswith("partial:"):
+            out[insight_id] = {"verdict": "partial", "revised_text": verdict[len("partial:"):]}
+        else:
+            out[insight_id] = verdict
+    return out
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    with _open() as mem:
+        if args.file:
+            raw = sys.stdin.read() if args.file == "-" else open(args.file).read()
+            try:
+                event = TaskEvent.model_validate_json(raw)
+            except ValueError as exc:
+                from evomem.stream import reason_of
+
+                reason, fld = reason_of(exc)
+                raise InvalidEventError(fld or "event", reason) from None
+            event_id = mem.report(event)
+        else:
+            event_id = mem.report(
+                None, status=args.status, namespace=args.namespace, query=args.query,
+                retrieval_id=args.retrieval_id, retrieved_insight_ids=args.insight or None,
+                feedback=args.feedback, final_answer=args.final_answer,
+                insight_feedback=_feedback(args.verdict) or None, proposed_insight=args.propose,
+                trajectory=args.step or None,
+            )
+    print(event_id)
+    return 0
+
+
+def cmd_consolidate(args: argparse.Namespace) -> int:
+    with _open() as mem:
+        report = mem.consolidate(args.max)
+    if args.json:
+        _out(report.as_dict())
+        return 0
+    print(f"{report.events} events: {report.applied} applied, {report.replayed} already applied, "
+          f"{report.dead_lettered} dead-lettered, {report.deferred} deferred")
+    for op in ("ADD", "KEEP", "ARCHIVE", "REVISE"):
+        if report.operations.get(op):
+            print(f"  {op:<8}{report.operations[op]}")
+    if report.outcomes:
+        print("  outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(report.outcomes.items())))
+    return 0
+
+
+# -- inspect / stats ------------------------------------------------------------------------------
+def render_insight(view: InsightView, queries: dict[str, str]) -> str:
+    n = view.node
+    mark = "●" if n.active else "○"
+    lines = [f"{mark} {n.id}  [{n.state}, v{n.version}, namespace {n.namespace}]"]
+    lines += textwrap.wrap(n.text, 96, initial_indent="  “", subsequent_indent="   ")
+    lines[-1] += "”"
+
+    def evidence(label: str, ids: frozenset[str]) -> None:
+        lines.append(f"  {label} ({len(ids)})")
+        for q in sorted(ids)[:8]:
+            lines.append(f"    · {queries.get(q, q)[:90]}")
+        if len(ids) > 8:
+            lines.append(f"    · … {len(ids) - 8} more")
+
+    evidence("helped   Ω⁺", n.positive)
+    evidence("harmed   Ω⁻", n.negative)
+    if len(view.lineage) > 1:
+        lines.append("  lineage  " + " → ".join(("[" + i[:8] + "]") if i == n.id else i[:8] for i in view.lineage))
+    if view.edges:
+        lines.append(f"  contextualised by {len(view.edges)} hyperedge(s): "
+                     + ", ".join(a[:8] for a, _ in view.edges[:6]))
+    if view.history:
+        lines.append("  history")
+        for h in view.history[-12:]:
+            extra = f" → {h.new_id[:8]}" if h.new_id and h.new_id != n.id else ""
+            lines.append(f"    {h.at[:19]}  {h.op:<7} {h.outcome:<17} by {h.decided_by}{extra}")
+    return "\n".join(lines)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    with _open() as mem:
+        if args.insight_id:
+            view = mem.insight(args.insight_id, args.namespace)
+            if args.json:
+                _out({**view.node.model_dump(mode="json"), "lineage": view.lineage, "edges": view.edges,
+                      "history": [vars_of(h) for h in view.history]})
+                return 0
+            ids = view.node.positive | view.node.negative
+            queries = {q: node.text for q, node in mem.graph.queries(ids).items()}
+            print(render_insight(view, queries))
+            return 0
+        nodes = mem.insights(args.namespace or "default", state=args.state)
+    if args.json:
+        _out([n.model_dump(mode="json") for n in nodes])
+        return 0
+    if not nodes:
+        print(f"no insights in namespace {args.namespace or 'default'!r}")
+    for n in sorted(nodes, key=lambda x: (not x.active, -len(x.positive), x.id)):
+        mark = "●" if n.active else "○"
+        print(f"{mark} {n.id}  +{len(n.positive):<4} −{len(n.negative):<4} v{n.version:<3} {n.text[:70]}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _open() as mem:
+        stats = mem.stats()
+    if args.json:
+        _out(stats)
+        return 0
+    s = stats["stream"]
+    print(f"events stream  length {s['length']}, pending {s['pending']}, dead letters {s['dead_letters']}")
+    print(f"projector lag  {stats['projector_lag']} change(s)")
+    print(f"index          {stats['index']['queries']} queries, {stats['index']['insights']} insights")
+    for ns, d in stats["namespaces"].items():
+        print(f"namespace {ns:<16} {d['queries']} queries, {d['insights']} insights "
+              f"({d['active']} active, {d['archived']} archived)")
+    return 0
+
+
+# -- wiring ---------------------------------------------------------------------------------------
+def _delegate(module: str, prog: str) -> Handler:
+    """Commands with options of their own parse them themselves, imported only when run."""
+
+    def handler(args: argparse.Namespace) -> int:
+        import importlib
+
+        mod = importlib.import_module(module)
+        parser = argparse.ArgumentParser(prog=prog, description=mod.__doc__)
+        mod.add_arguments(parser)
+        code: int = mod.run(parser.parse_args(args.rest))
+        return code
+
+    return handler
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="evomem", description=__doc__,
+                                epilog="Settings come from EVOMEM_* environment variables (see the README).")
+    p.add_argument("--log-level", default="WARNING")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    for name, module, help_ in (("demo", "evomem.demo", "run a simulated agent fleet on an embedded memory"),
+                                ("bench", "evomem.bench", "measure retrieval and report latency")):
+        sp = sub.add_parser(name, help=help_, add_help=False)
+        sp.add_argument("rest", nargs=argparse.REMAINDER)
+        sp.set_defaults(func=_delegate(module, f"evomem {name}"))
+
+    sp = sub.add_parser("retrieve", help="insights for a query, ranked by support minus conflict")
+    sp.add_argument("query")
+    sp.add_argument("-n", "--namespace", default="default")
+    sp.add_argument("--top-k", type=int)
+    sp.add_argument("--budget", type=int)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_retrieve)
+
+    sp = sub.add_parser("report", help="publish the outcome of a task (returns its event id)")
+    sp.add_argument("--file", help="a task event JSON document; - reads standard input")
+    sp.add_argument("-n", "--namespace", default="default")
+    sp.add_argument("-q", "--query")
+    sp.add_argument("-s", "--status", choices=["resolved", "failed"])
+    sp.add_argument("--retrieval-id")
+    sp.add_argument("--insight", action="append", default=[], help="a retrieved insight id (repeatable)")
+    sp.add_argument("--verdict", action="append", default=[],
+                    help="ID=helpful | ID=harmful | ID=partial:REVISED TEXT (repeatable)")
+    sp.add_argument("--propose", help="a new insight to add")
+    sp.add_argument("--feedback")
+    sp.add_argument("--final-answer")
+    sp.add_argument("--step", action="append", default=[], help="a trajectory step (repeatable)")
+    sp.set_defaults(func=cmd_report)
+
+    sp = sub.add_parser("consolidate", help="apply pending events now, in this process")
+    sp.add_argument("--max", type=int)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_consolidate)
+
+    sp = sub.add_parser("inspect", help="an insight's evidence, lineage and history; or list a namespace")
+    sp.add_argument("insight_id", nargs="?")
+    sp.add_argument("-n", "--namespace")
+    sp.add_argument("--state", choices=["active", "archived"])
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_inspect)
+
+    sp = sub.add_parser("stats", help="stream, projector and graph figures")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_stats)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        code: int = args.func(args)
+    except InvalidEventError as exc:
+        sys.stderr.write(f"evomem: invalid event: {exc}\n")
+        return 2
+    except EvomemError as exc:
+        sys.stderr.write(f"evomem: {exc}\n")
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Celery glue for the consolidation workers: thin tasks over ``evomem`` library functions."""
