@@ -9,13 +9,14 @@ only be opened by one process anyway.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
 
 from evomem import keys
 from evomem.embedding import Embedder
-from evomem.ports import GraphStore, VectorIndex
+from evomem.ports import GraphStore, Vector, VectorIndex
 
 BATCH = 2048
 
@@ -77,7 +78,8 @@ class Projector:
         stored = self.index.insight_versions(list(nodes))
         newer = [n for n in nodes.values() if stored.get(n.id, 0) < n.version]
         unseen = [n for n in newer if n.id not in stored]
-        vectors = dict(zip((n.id for n in unseen), self.embedder.embed([n.text for n in unseen]), strict=True))
+        embedded: Sequence[Vector] = self.embedder.embed([n.text for n in unseen])
+        vectors: dict[str, Vector] = dict(zip((n.id for n in unseen), embedded, strict=True))
         self.index.write_insights(newer, vectors)
         return len(newer)
 

@@ -38,22 +38,27 @@ class EdgeIndex:
         self.kind = kind
         self.fresh = False
         self.queries = self._open("queries", kind, dim, [("namespace", True)])
-        self.insights = self._open("insights", kind, dim, [("namespace", True), ("state", False),
-                                                           ("positive", False)])
+        try:
+            self.insights = self._open("insights", kind, dim, [("namespace", True), ("state", False),
+                                                               ("positive", False)])
+        except BaseException:
+            self.queries.close()
+            raise
 
     def _open(self, name: str, kind: str, dim: int, keywords: list[tuple[str, bool]]) -> Any:
         path = self.dir / name
         if kind == "sparse":
             config = qe.EdgeConfig(sparse_vectors={VECTOR_NAME: qe.EdgeSparseVectorParams()})
         else:
-            config = qe.EdgeConfig(vectors={VECTOR_NAME: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)})
+            params = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
+            config = qe.EdgeConfig(vectors={VECTOR_NAME: params})
         try:
             if (path / "segments").exists():
                 return qe.EdgeShard.load(str(path))
             path.mkdir(parents=True, exist_ok=True)
             shard = qe.EdgeShard.create(str(path), config)
         except Exception as exc:  # the engine raises a bare exception type for a held WAL lock
-            if "WouldBlock" in str(exc) or "lock" in str(exc).lower():
+            if "WouldBlock" in str(exc):
                 raise StoreLockedError(
                     f"the embedded Qdrant store at {path} is open in another process; only one process may "
                     "hold it. Connect to that process's service (EVOMEM_URL) or set EVOMEM_QDRANT_URL."
@@ -84,8 +89,13 @@ class EdgeIndex:
     def write_insights(self, nodes: Sequence[InsightNode], vectors: Mapping[str, Vector]) -> None:
         if not nodes:
             return
+        latest: dict[str, InsightNode] = {}
+        for n in nodes:
+            if n.id not in latest or latest[n.id].version < n.version:
+                latest[n.id] = n
+        nodes = list(latest.values())
         stored = self.insight_versions([n.id for n in nodes])
-        fresh = [n for n in nodes if stored.get(n.id, 0) < n.version]
+        fresh = [n for n in nodes if n.id not in stored or stored[n.id] < n.version]
         new_points = [qe.Point(point_id(n.id), self._vector(vectors[n.id]), insight_payload(n))
                       for n in fresh if n.id not in stored]
         if new_points:
