@@ -195,8 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module, help_ in (("demo", "evomem.demo", "run a simulated agent fleet on an embedded memory"),
                                 ("bench", "evomem.bench", "measure retrieval and report latency")):
         sp = sub.add_parser(name, help=help_, add_help=False)
-        sp.add_argument("rest", nargs=argparse.REMAINDER)
-        sp.set_defaults(func=_delegate(module, f"evomem {name}"))
+        sp.set_defaults(func=_delegate(module, f"evomem {name}"), delegated=True)
 
     sp = sub.add_parser("retrieve", help="insights for a query, ranked by support minus conflict")
     sp.add_argument("query")
@@ -240,7 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if getattr(args, "delegated", False):
+        args.rest = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     configure_logging(args.log_level)
     try:
         code: int = args.func(args)
