@@ -135,8 +135,15 @@ class Consolidator:
     def _validate_ids(self, work: list[_Work], report: ConsolidationReport) -> list[_Work]:
         all_ids = {i for w in work for i in w.retrieved}
         owners = self.graph.namespace_of(all_ids) if all_ids else {}
+        own_queries = {w.event.query_id for w in work if w.event.query_id}
+        known_queries = self.graph.queries(own_queries) if own_queries else {}
         kept = []
         for w in work:
+            q = known_queries.get(w.event.query_id or "")
+            if q is not None and q.namespace != w.event.namespace:
+                err = InvalidEventError("query_id", f"query {q.id!r} belongs to another namespace")
+                self._dead_letter(w.entry, str(err), "query_id", report)
+                continue
             bad = next((i for i in w.retrieved if owners.get(i) != w.event.namespace), None)
             if bad is None:
                 kept.append(w)

@@ -13,7 +13,7 @@ implemented identically by every store (the contract suite checks that):
 * REVISE  old: q → Ω⁻, z=0 (Eq. 14); new node κ′ with Ω⁺ ∪ {q}, ∅, z=1 (Eq. 15). A node that is
           already archived is not revised again (that would fork its lineage): q → Ω⁻ only.
 * ADD     (κ̂, {q}, ∅, 1) (Eq. 16). If an active insight of the namespace has the same normalised
-          text, no twin is made: q → Ω⁺ of that insight instead.
+          text (one added or one revised), no twin is made: q → Ω⁺ of that insight instead.
 * Edges   when Ψ = resolved, (ι_a, ι_b, q) for every retrieved ι_a and every new or revised ι_b (Eq. 18).
 """
 
@@ -119,6 +119,7 @@ def plan_edits(
                     insight_id=edit.insight_id,
                     new_id=revised_insight_id(event_id, edit.insight_id),
                     text=edit.revised_insight_text,
+                    text_key=text_key(edit.revised_insight_text or ""),
                     decided_by=edit.decided_by,
                 )
             )

@@ -133,6 +133,7 @@ class Memory:
                 break
             total.merge(self.consolidator.process(entries))
             self.projector.run_once()
+        self.projector.run_once()  # also what other processes changed, when there was nothing to apply here
         return total
 
     def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:

@@ -7,6 +7,7 @@ the task event's JSON Schema; any language can publish with a plain XADD.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,11 +20,16 @@ from evomem.errors import InvalidEventError, TransientError
 from schemas import TaskEvent
 
 # Checks, in one round trip with the XADD, that every insight the event names exists in its
-# namespace; returns the first offending id, or the new entry id prefixed by "ok:".
+# namespace and that its query id (ARGV[5], may be empty) is not another namespace's; returns the
+# first offending id ("bad:" / "badq:"), or the new entry id prefixed by "ok:".
 _PUBLISH = """
 local ns = ARGV[1]
 local doc = ARGV[4]
-for i = 5, #ARGV do
+if ARGV[5] ~= '' then
+  local qns = redis.call('HGET', ARGV[2] .. ':q:' .. ARGV[5], 'namespace')
+  if qns and qns ~= ns then return 'badq:' .. ARGV[5] end
+end
+for i = 6, #ARGV do
   local found = redis.call('HGET', ARGV[2] .. ':ins:' .. ARGV[i], 'namespace')
   if found ~= ns then return 'bad:' .. ARGV[i] end
 end
@@ -57,9 +63,12 @@ class EventStream:
         doc = event.model_dump_json()
         named = event.named_insight_ids()
         try:
-            res = _s(self._publish(keys=[self.stream], args=[event.namespace, keys.PREFIX, self.maxlen, doc, *named]))
+            res = _s(self._publish(keys=[self.stream], args=[event.namespace, keys.PREFIX, self.maxlen, doc,
+                                                             event.query_id or "", *named]))
         except redis.ConnectionError as exc:
             raise TransientError("redis unreachable; the event was not published") from exc
+        if res.startswith("badq:"):
+            raise InvalidEventError("query_id", f"query {res[5:]!r} belongs to another namespace")
         if res.startswith("bad:"):
             bad = res[4:]
             field = (f"insight_feedback[{bad}]" if bad in event.insight_feedback
@@ -148,12 +157,26 @@ def reason_of(exc: Exception) -> tuple[str, str | None]:
     if isinstance(exc, InvalidEventError):
         return str(exc), exc.field
     if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "event"
+        errors = exc.errors()
+        # A value that matches no member of a union (a verdict, a trajectory step) is reported once per
+        # member, under the member's tag. Drop the tags and keep the most specific of those errors, so
+        # a bad partial verdict reads "insight_feedback.<id>.revised_text", not "...literal['helpful',...]".
+        first = errors[0]["loc"][:1]
+        same_field = [e for e in errors if e["loc"][:1] == first]
+        err = max(same_field, key=lambda e: len(_field_path(e["loc"])))
+        field = ".".join(_field_path(err["loc"])) or "event"
         return f"{field}: {err['msg']}", field
     if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
         return f"event: not valid JSON ({exc})", "event"
     return f"{type(exc).__name__}: {exc}", None
+
+
+_UNION_TAG = re.compile(r"^(?:[a-z-]+\[.*\]|constrained-[a-z]+|str|int|float|bool|dict|list|PartialVerdict)$")
+
+
+def _field_path(loc: tuple[int | str, ...]) -> list[str]:
+    """The location of an error without pydantic's union-member tags (``str``, ``literal[...]``, ...)."""
+    return [str(p) for n, p in enumerate(loc) if n == 0 or not (isinstance(p, str) and _UNION_TAG.match(p))]
 
 
 __all__ = ["Entry", "EventStream", "reason_of"]

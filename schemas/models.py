@@ -65,7 +65,12 @@ class TaskEvent(_Strict):
     trajectory: Annotated[list[TrajectoryStep], Field(max_length=MAX_TRAJECTORY_STEPS)] = []
     final_answer: Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)] | None = None
     feedback: Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)] | None = None
-    insight_feedback: Annotated[dict[NodeId, Verdict], Field(max_length=MAX_RETRIEVED)] = {}
+    # additionalProperties=false: the schema's patternProperties alone would let a key that is not an
+    # insight id through, which the model refuses
+    insight_feedback: Annotated[
+        dict[NodeId, Verdict],
+        Field(max_length=MAX_RETRIEVED, json_schema_extra={"additionalProperties": False}),
+    ] = {}
     proposed_insight: InsightText | None = None
     agent_id: Annotated[str, StringConstraints(max_length=128)] | None = None
     occurred_at: datetime = Field(default_factory=utcnow)

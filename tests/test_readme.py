@@ -26,6 +26,6 @@ def test_readme_documents_every_setting() -> None:
     from evomem.settings import Settings
 
     text = README.read_text()
-    for name, field in Settings.model_fields.items():
+    for name in Settings.model_fields:
         env = "EVOMEM_LAMBDA" if name == "lambda_" else f"EVOMEM_{name.upper()}"
         assert f"`{env}`" in text, f"{env} is not documented in the README"

@@ -13,11 +13,15 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from pydantic import TypeAdapter
+
 from evomem.editing import EditPlan, PlannedEdit, archive_threshold_reached
+from evomem.errors import InvalidEventError
 from evomem.ports import ApplyResult, Change, EditOutcome, EditRecord, RetrievalRecord
 from schemas import ControllerDecision, InsightNode, QueryNode
 
 MAX_CHAIN = 32
+_AT = TypeAdapter(datetime)
 
 
 @dataclass
@@ -66,10 +70,15 @@ class InMemoryGraphStore:
             done = self._applied.get(plan.event_id)
             if done is not None:
                 return ApplyResult(plan.event_id, True, done.outcomes, done.created)
+            peer = self._queries.get(plan.query_id)
+            if peer is not None and peer.namespace != plan.namespace:
+                # namespace is immutable on a node: an event may not reuse another namespace's query id
+                raise InvalidEventError("query_id", f"query {plan.query_id} belongs to another namespace")
             changed: dict[str, int] = {}
             self._put_query(plan)
             outcomes: list[EditOutcome] = []
             created: list[str] = []
+            at = _AT.dump_python(plan.at, mode="json")  # the plan's JSON form, as the Redis store records it
             for edit in plan.edits:
                 outcome = self._apply_edit(plan, edit, changed)
                 outcomes.append(outcome)
@@ -77,9 +86,8 @@ class InMemoryGraphStore:
                     assert outcome.new_id is not None
                     created.append(outcome.new_id)
                 self._history.append(
-                    EditRecord(plan.event_id, edit.op, outcome.outcome, edit.insight_id,
-                               outcome.new_id or outcome.forwarded_to, plan.query_id, edit.decided_by,
-                               plan.at.isoformat())
+                    EditRecord(plan.event_id, edit.op, outcome.outcome, outcome.insight_id,
+                               outcome.new_id or outcome.forwarded_to, plan.query_id, edit.decided_by, at)
                 )
             if plan.status == "resolved":
                 for b in created:
@@ -150,6 +158,8 @@ class InMemoryGraphStore:
             node.revised_to = edit.new_id
             self._touch(node, plan, changed)
             self._create(plan, edit.new_id, edit.text, node.positive | {q}, node.id, changed)
+            if edit.text_key:
+                self._texts[(plan.namespace, edit.text_key)] = edit.new_id
             return EditOutcome("REVISE", node.id, "revised", new_id=edit.new_id)
         if was_active and (
             plan.archive_policy == "immediate"
@@ -209,7 +219,9 @@ class InMemoryGraphStore:
 
     def history(self, insight_id: str) -> list[EditRecord]:
         with self._lock:
-            return [h for h in self._history if insight_id in (h.insight_id, h.new_id)]
+            # a rejected edit named a node it could not touch: it stays out of that node's history
+            return [h for h in self._history
+                    if insight_id in (h.insight_id, h.new_id) and h.outcome != "rejected"]
 
     def lineage(self, insight_id: str) -> list[str]:
         with self._lock:

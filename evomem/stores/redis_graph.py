@@ -17,7 +17,7 @@ import redis
 
 from evomem import keys
 from evomem.editing import EditPlan
-from evomem.errors import TransientError
+from evomem.errors import InvalidEventError, TransientError
 from evomem.ports import ApplyResult, Change, EditOutcome, EditRecord, RetrievalRecord
 from schemas import ControllerDecision, InsightNode, QueryNode
 
@@ -46,6 +46,10 @@ class RedisGraphStore:
             raw = self._apply(args=[plan.to_json(), keys.PREFIX, CHANGES_MAXLEN, HISTORY_MAXLEN])
         except redis.ConnectionError as exc:
             raise TransientError(f"redis unreachable while applying event {plan.event_id}") from exc
+        except redis.ResponseError as exc:
+            if str(exc).startswith("query_id:"):
+                raise InvalidEventError("query_id", str(exc).split(": ", 1)[1]) from None
+            raise
         return _result(json.loads(_s(raw)))
 
     def apply_many(self, plans: Collection[EditPlan]) -> list[ApplyResult]:

@@ -19,6 +19,12 @@ end
 local ns = plan.namespace
 local q = plan.query_id
 local at = plan.at
+
+-- namespace is immutable on a node: an event may not reuse a query id of another namespace
+local q_ns = redis.call('HGET', P .. ':q:' .. q, 'namespace')
+if q_ns and q_ns ~= ns then
+  return redis.error_reply('query_id: query ' .. q .. ' belongs to another namespace')
+end
 local changed = {}
 local changed_order = {}
 
@@ -121,6 +127,9 @@ for _, e in ipairs(plan.edits) do
         create(e.new_id, e.text, id)
         redis.call('SUNIONSTORE', ins(e.new_id) .. ':pos', ins(id) .. ':pos')
         redis.call('SADD', ins(e.new_id) .. ':pos', q)
+        if e.text_key and e.text_key ~= cjson.null then
+          redis.call('HSET', P .. ':ns:' .. ns .. ':texts', e.text_key, e.new_id)
+        end
         o.outcome = 'revised'
         o.new_id = e.new_id
         table.insert(created, e.new_id)
@@ -150,8 +159,14 @@ for _, e in ipairs(plan.edits) do
     insight_id = o.insight_id or cjson.null, new_id = o.new_id or o.forwarded_to or cjson.null,
     query_id = q, decided_by = e.decided_by, at = at})
   redis.call('XADD', P .. ':history', 'MAXLEN', '~', history_maxlen, '*', 'record', record)
-  for _, hid in ipairs({o.insight_id, o.new_id, o.forwarded_to}) do
-    if hid and hid ~= cjson.null then redis.call('RPUSH', ins(hid) .. ':hist', record) end
+  -- a rejected edit named a node it could not touch: it stays out of that node's history.
+  -- (numeric loop: new_id is nil for a forwarded KEEP, and ipairs would stop at that hole)
+  if o.outcome ~= 'rejected' then
+    local hids = {o.insight_id, o.new_id, o.forwarded_to}
+    for i = 1, 3 do
+      local hid = hids[i]
+      if hid and hid ~= cjson.null then redis.call('RPUSH', ins(hid) .. ':hist', record) end
+    end
   end
 end
 
