@@ -10,7 +10,7 @@ applied marker, so it changes nothing twice and costs no second controller call.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -27,9 +27,6 @@ from schemas.models import utcnow
 
 log = structlog.get_logger("evomem.consolidation")
 
-SimilarLookup = Callable[[str, str], list[str]]
-"""(namespace, query text) → ids of the most similar past queries, for events reported without a
-retrieval record."""
 
 
 @dataclass
@@ -64,20 +61,19 @@ class _Work:
     entry: Entry
     event: TaskEvent
     retrieved: list[str]
-    similar: list[str]
+    similar: list[str] | None
     decision: ControllerDecision | None = None
 
 
 class Consolidator:
     def __init__(
         self, graph: GraphStore, stream: EventStream, controller: Controller, settings: Settings,
-        similar_lookup: SimilarLookup | None = None, max_deliveries: int = 5,
+        max_deliveries: int = 5,
     ) -> None:
         self.graph = graph
         self.stream = stream
         self.controller = controller
         self.settings = settings
-        self.similar_lookup = similar_lookup
         self.max_deliveries = max_deliveries
 
     def process(self, entries: Sequence[Entry]) -> ConsolidationReport:
@@ -128,8 +124,6 @@ class Consolidator:
                 retrieved = [*record.insight_ids, *retrieved]
                 similar = list(record.similar)
         retrieved = list(dict.fromkeys([*retrieved, *event.insight_feedback]))
-        if similar is None:
-            similar = self.similar_lookup(event.namespace, event.query) if self.similar_lookup else []
         return _Work(entry, event, retrieved, similar)
 
     def _validate_ids(self, work: list[_Work], report: ConsolidationReport) -> list[_Work]:
@@ -197,4 +191,4 @@ class Consolidator:
             report.outcomes[o.outcome] += 1
 
 
-__all__ = ["ConsolidationReport", "Consolidator", "SimilarLookup"]
+__all__ = ["ConsolidationReport", "Consolidator"]

@@ -11,10 +11,15 @@ implemented identically by every store (the contract suite checks that):
 * ARCHIVE q → Ω⁻. ``immediate`` (the paper, Eq. 13) deactivates at once; ``evidence`` deactivates
           only once |Ω⁻| ≥ max(1, ρ·|Ω⁺|), so an active node can carry conflict and λ acts on it.
 * REVISE  old: q → Ω⁻, z=0 (Eq. 14); new node κ′ with Ω⁺ ∪ {q}, ∅, z=1 (Eq. 15). A node that is
-          already archived is not revised again (that would fork its lineage): q → Ω⁻ only.
+          already archived is not revised again (that would fork its lineage): q → Ω⁻ only. If the
+          revised text is already an active insight of the namespace, the old node is revised into
+          it (its Ω⁺ and q join that insight's Ω⁺) instead of making a twin.
 * ADD     (κ̂, {q}, ∅, 1) (Eq. 16). If an active insight of the namespace has the same normalised
-          text (one added or one revised), no twin is made: q → Ω⁺ of that insight instead.
+          text (one added or one revised), no twin is made; if the task was resolved, q → Ω⁺ of
+          that insight instead.
 * Edges   when Ψ = resolved, (ι_a, ι_b, q) for every retrieved ι_a and every new or revised ι_b (Eq. 18).
+* Queries a query with a retrieval record is linked both ways to the similar queries it retrieved;
+          one reported without (``similar`` None) is linked by the projector once it is indexed.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ class EditPlan(BaseModel):
     query_text: str
     status: Literal["resolved", "failed"]
     trajectory_json: str
-    similar: list[str]              # Qˢ of this query: it is linked to each, both ways
+    similar: list[str] | None       # Qˢ of this query, linked both ways; None: unknown, the projector links it
     retrieved: list[str]            # I_t^ret, for the edge update
     edits: list[PlannedEdit]
     archive_policy: Literal["evidence", "immediate"]
@@ -93,7 +98,7 @@ def plan_edits(
     decision: ControllerDecision,
     *,
     retrieved: list[str],
-    similar: list[str],
+    similar: list[str] | None,
     allowed_operations: Collection[str],
     archive_policy: Literal["evidence", "immediate"],
     archive_ratio: float,
@@ -144,7 +149,7 @@ def plan_edits(
         query_text=event.query,
         status=event.status,
         trajectory_json=json.dumps(event.trajectory, default=str),
-        similar=[q for q in dict.fromkeys(similar) if q != query_id],
+        similar=None if similar is None else [q for q in dict.fromkeys(similar) if q != query_id],
         retrieved=list(dict.fromkeys(retrieved)),
         edits=edits,
         archive_policy=archive_policy,

@@ -60,9 +60,8 @@ class Memory:
         self.embedder = make_embedder(settings)
         self.controller = make_controller(settings.controller)
         self.retriever = Retriever(self.graph, index, self.embedder, settings)
-        self.projector = Projector(self.graph, index, self.embedder, client)
-        self.consolidator = Consolidator(self.graph, self.stream, self.controller, settings,
-                                         similar_lookup=self.retriever.similar_queries)
+        self.projector = Projector(self.graph, index, self.embedder, client, link_k=settings.top_k)
+        self.consolidator = Consolidator(self.graph, self.stream, self.controller, settings)
         self.consumer = settings.consumer_name or f"{socket.gethostname()}-{os.getpid()}"
         self._closed = False
         self.projector.run_once()  # catch up with whatever changed while no projector ran

@@ -24,7 +24,7 @@ class EditOutcome:
 
     op: str
     insight_id: str | None
-    outcome: str  # kept | forwarded | evidence_only | negative_evidence | archived | revised | added | duplicate
+    outcome: str  # kept forwarded evidence_only negative_evidence archived revised merged added duplicate rejected
     new_id: str | None = None
     forwarded_to: str | None = None
 
@@ -102,6 +102,14 @@ class GraphStore(Protocol):
 
     def edges_into(self, insight_id: str) -> list[tuple[str, str]]:
         """Hyperedges (ι_a, q) that contextualise this insight (Eq. 18)."""
+        ...
+
+    def link_queries(self, query_id: str, similar: Collection[str]) -> None:
+        """Link a query both ways to similar queries of its namespace (idempotent)."""
+        ...
+
+    def unlinked(self, query_ids: Collection[str]) -> set[str]:
+        """Those of the queries that still wait for the projector to link them."""
         ...
 
     def save_decision(self, event_id: str, decision: ControllerDecision) -> ControllerDecision:

@@ -29,7 +29,9 @@ class ProjectionReport:
 
 
 class Projector:
-    def __init__(self, graph: GraphStore, index: VectorIndex, embedder: Embedder, cursor_store: redis.Redis | None):
+    def __init__(self, graph: GraphStore, index: VectorIndex, embedder: Embedder, cursor_store: redis.Redis | None,
+                 link_k: int = 5):
+        self.link_k = link_k
         self.graph = graph
         self.index = index
         self.embedder = embedder
@@ -68,7 +70,15 @@ class Projector:
         if not nodes:
             return 0
         vectors = self.embedder.embed([q.text for q in nodes])
-        self.index.upsert_queries(list(zip(nodes, vectors, strict=True)))
+        pending = self.graph.unlinked([q.id for q in nodes])
+        ready = [(q, v) for q, v in zip(nodes, vectors, strict=True) if q.id not in pending]
+        self.index.upsert_queries(ready)
+        # one at a time, so that queries of the same batch can find each other
+        for q, v in zip(nodes, vectors, strict=True):
+            if q.id in pending:
+                similar = [s for s, _ in self.index.search_queries(v, q.namespace, self.link_k + 1) if s != q.id]
+                self.graph.link_queries(q.id, similar[: self.link_k])
+                self.index.upsert_queries([(q, v)])
         return len(nodes)
 
     def _project_insights(self, ids: list[str]) -> int:

@@ -323,6 +323,35 @@ def test_add_duplicating_the_text_of_a_revised_active_insight_adds_evidence_to_i
     assert "q3" in g.node("A2").positive
 
 
+def test_a_failed_task_re_proposing_an_insight_adds_no_evidence_to_it(store: GraphStore) -> None:
+    """A duplicate ADD is positive evidence only when the task was resolved."""
+    g = Graph(store)
+    g.add("A", "Check the vehicle class first.")
+    result = g.apply(ADD("B", "Check the vehicle class first."), status="failed")
+    assert result.outcomes[0].outcome == "duplicate"
+    assert g.node("A").positive == {"q1"}
+    assert g.node("A").version == 1
+
+
+def test_revising_into_the_text_of_an_active_insight_merges_instead_of_making_a_twin(store: GraphStore) -> None:
+    """Two over-general insights revised to the same rule end as one active node with both
+    evidence sets (Eq. 15's inherited Ω⁺ ∪ {q} joins the existing node)."""
+    g = Graph(store)
+    q_a = g.add("A", "Years in claims are usually wrong.")
+    q_b = g.add("B", "Dates in claims are usually wrong.")
+    g.apply(REVISE("A", "A2", "Check a claim's year against the evidence."))
+    result = g.apply(REVISE("B", "B2", "check a CLAIM'S year against the evidence!"), retrieved=["B", "A2"])
+    assert result.outcomes[0].outcome == "merged"
+    assert result.outcomes[0].new_id == "A2"
+    assert result.created == ()
+    assert "B2" not in store.insight_ids(NS)
+    b, a2 = g.node("B"), g.node("A2")
+    assert b.state == "archived" and b.revised_to == "A2" and "q4" in b.negative
+    assert a2.active and {q_a, q_b, "q3", "q4"} <= a2.positive
+    assert ("B", "q4") in store.edges_into("A2")
+    assert all(a != "A2" for a, _ in store.edges_into("A2")), "no insight contextualises itself"
+
+
 # -- Eq. 18: edges ---------------------------------------------------------------------------------
 
 
@@ -682,6 +711,24 @@ def test_a_query_node_is_linked_both_ways_to_the_similar_queries_it_retrieved(st
         "e4",
     )
     assert store.query_ids(NS) == {"q1", "q2", "q4"} and store.query_ids("other") == {"q3"}
+
+
+def test_a_query_reported_without_similar_queries_waits_for_the_projector_to_link_it(store: GraphStore) -> None:
+    g = Graph(store)
+    g.apply()
+    store.apply(g.plan().model_copy(update={"similar": None}))
+    assert store.unlinked(["q1", "q2"]) == {"q2"}
+    store.link_queries("q2", ["q1", "q2", "missing"])
+    assert store.unlinked(["q2"]) == set()
+    assert store.neighbours(["q1", "q2"]) == {"q1": {"q2"}, "q2": {"q1"}}
+
+
+def test_linking_never_crosses_namespaces(store: GraphStore) -> None:
+    g = Graph(store)
+    g.apply(ns="other")
+    store.apply(g.plan().model_copy(update={"similar": None}))
+    store.link_queries("q2", ["q1"])
+    assert store.neighbours(["q1", "q2"]) == {"q1": set(), "q2": set()}
 
 
 def test_a_query_id_reused_by_a_later_event_keeps_its_first_node(store: GraphStore) -> None:

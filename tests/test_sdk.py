@@ -600,3 +600,19 @@ def test_malformed_stream_documents_go_to_the_dead_letter_stream_and_valid_ones_
         query_id_for(TaskEvent.model_validate(valid_keep))
     }
     assert node.negative == frozenset() and node.state == "active"
+
+
+def test_a_query_reported_without_a_retrieval_is_linked_to_similar_past_queries(memory: Memory) -> None:
+    """Events published by other languages carry no retrieval record; the projector links their
+    query to its most similar past queries once it is indexed, so expansion finds it later."""
+    first = memory.report(None, namespace="fever", query="Verify: Mohra is a truck", status="resolved")
+    memory.report(None, namespace="fever", query="Verify: Mohra is a lorry", status="resolved")
+    memory.report(None, namespace="other", query="Verify: Mohra is a truck", status="resolved")
+    memory.consolidate()
+    q1 = query_id_for(TaskEvent(event_id=uuid.UUID(first), namespace="fever", query="x", status="resolved"))
+    ids = memory.graph.query_ids("fever")
+    (q2,) = ids - {q1}
+    assert memory.graph.neighbours([q1, q2]) == {q1: {q2}, q2: {q1}}
+    assert memory.graph.unlinked(ids) == set()
+    (other,) = memory.graph.query_ids("other")
+    assert memory.graph.neighbours([other]) == {other: set()}

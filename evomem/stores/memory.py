@@ -63,6 +63,7 @@ class InMemoryGraphStore:
         self._retrievals: dict[str, RetrievalRecord] = {}
         self._history: list[EditRecord] = []
         self._changes: list[Change] = []
+        self._unlinked: set[str] = set()
 
     # -- writes ------------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
@@ -90,9 +91,10 @@ class InMemoryGraphStore:
                                outcome.new_id or outcome.forwarded_to, plan.query_id, edit.decided_by, at)
                 )
             if plan.status == "resolved":
-                for b in created:
+                linked = [o.new_id for o in outcomes if o.outcome in ("added", "revised", "merged") and o.new_id]
+                for b in linked:
                     for a in plan.retrieved:
-                        if a in self._insights and self._insights[a].namespace == plan.namespace:
+                        if a != b and a in self._insights and self._insights[a].namespace == plan.namespace:
                             self._edges.setdefault(b, set()).add((a, plan.query_id))
             for node_id, version in changed.items():
                 self._changes.append(Change(str(len(self._changes) + 1), "insight", node_id, version))
@@ -107,7 +109,9 @@ class InMemoryGraphStore:
                 trajectory=json.loads(plan.trajectory_json), event_id=plan.event_id, created_at=plan.at,
             )
             self._changes.append(Change(str(len(self._changes) + 1), "query", plan.query_id, 1))
-        for other in plan.similar:
+            if plan.similar is None:
+                self._unlinked.add(plan.query_id)
+        for other in plan.similar or ():
             peer = self._queries.get(other)
             if peer is None or peer.namespace != plan.namespace:
                 continue
@@ -127,10 +131,11 @@ class InMemoryGraphStore:
         q = plan.query_id
         if edit.op == "ADD":
             assert edit.new_id and edit.text and edit.text_key
-            twin = self._node(plan, self._texts.get((plan.namespace, edit.text_key)))
-            if twin is not None and twin.state == "active":
-                twin.positive.add(q)
-                self._touch(twin, plan, changed)
+            twin = self._active_twin(plan, edit.text_key)
+            if twin is not None:
+                if plan.status == "resolved":
+                    twin.positive.add(q)
+                    self._touch(twin, plan, changed)
                 return EditOutcome("ADD", twin.id, "duplicate")
             self._create(plan, edit.new_id, edit.text, {q}, None, changed)
             self._texts[(plan.namespace, edit.text_key)] = edit.new_id
@@ -152,6 +157,14 @@ class InMemoryGraphStore:
         # ARCHIVE and REVISE both record q as negative evidence.
         node.negative.add(q)
         was_active = node.state == "active"
+        twin = self._active_twin(plan, edit.text_key) if edit.op == "REVISE" and was_active else None
+        if twin is not None and twin is not node:
+            node.state = "archived"
+            node.revised_to = twin.id
+            self._touch(node, plan, changed)
+            twin.positive |= node.positive | {q}
+            self._touch(twin, plan, changed)
+            return EditOutcome("REVISE", node.id, "merged", new_id=twin.id)
         if edit.op == "REVISE" and was_active:
             assert edit.new_id and edit.text
             node.state = "archived"
@@ -170,6 +183,10 @@ class InMemoryGraphStore:
             return EditOutcome(edit.op, node.id, "archived")
         self._touch(node, plan, changed)
         return EditOutcome(edit.op, node.id, "negative_evidence")
+
+    def _active_twin(self, plan: EditPlan, key: str | None) -> _Insight | None:
+        twin = self._node(plan, self._texts.get((plan.namespace, key or "")))
+        return twin if twin is not None and twin.state == "active" else None
 
     def _active_tip(self, node: _Insight) -> _Insight | None:
         current = node
@@ -191,6 +208,22 @@ class InMemoryGraphStore:
             created_at=plan.at, updated_at=plan.at, positive=set(positive), revised_from=parent,
         )
         changed[new_id] = 1
+
+    def link_queries(self, query_id: str, similar: Collection[str]) -> None:
+        with self._lock:
+            node = self._queries.get(query_id)
+            if node is None:
+                return
+            for other in similar:
+                peer = self._queries.get(other)
+                if other != query_id and peer is not None and peer.namespace == node.namespace:
+                    self._neighbours.setdefault(query_id, set()).add(other)
+                    self._neighbours.setdefault(other, set()).add(query_id)
+            self._unlinked.discard(query_id)
+
+    def unlinked(self, query_ids: Collection[str]) -> set[str]:
+        with self._lock:
+            return {q for q in query_ids if q in self._unlinked}
 
     def save_decision(self, event_id: str, decision: ControllerDecision) -> ControllerDecision:
         with self._lock:

@@ -25,6 +25,23 @@ CHANGES_MAXLEN = 2_000_000
 HISTORY_MAXLEN = 10_000_000
 
 
+# Link a query to similar ones of its own namespace, both ways, and clear its "link" flag.
+_LINK = """
+local P, q = ARGV[1], ARGV[2]
+local ns = redis.call('HGET', P .. ':q:' .. q, 'namespace')
+if not ns then return 0 end
+for i = 3, #ARGV do
+  local other = ARGV[i]
+  if other ~= q and redis.call('HGET', P .. ':q:' .. other, 'namespace') == ns then
+    redis.call('SADD', P .. ':q:' .. q .. ':nbr', other)
+    redis.call('SADD', P .. ':q:' .. other .. ':nbr', q)
+  end
+end
+redis.call('HDEL', P .. ':q:' .. q, 'link')
+return 1
+"""
+
+
 def _lua(name: str) -> str:
     return resources.files("evomem.stores").joinpath("lua", name).read_text()
 
@@ -39,6 +56,7 @@ class RedisGraphStore:
     def __init__(self, client: redis.Redis) -> None:
         self.r = client
         self._apply = self.r.register_script(_lua("apply.lua"))
+        self._link = self.r.register_script(_LINK)
 
     # -- writes ------------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
@@ -61,6 +79,16 @@ class RedisGraphStore:
             return [_result(json.loads(_s(raw))) for raw in pipe.execute()]
         except redis.ConnectionError as exc:
             raise TransientError("redis unreachable while applying a batch") from exc
+
+    def link_queries(self, query_id: str, similar: Collection[str]) -> None:
+        self._link(args=[keys.PREFIX, query_id, *similar])
+
+    def unlinked(self, query_ids: Collection[str]) -> set[str]:
+        ids = list(query_ids)
+        pipe = self.r.pipeline(transaction=False)
+        for q in ids:
+            pipe.hexists(keys.query(q), "link")
+        return {q for q, flag in zip(ids, pipe.execute(), strict=True) if flag}
 
     def save_decision(self, event_id: str, decision: ControllerDecision) -> ControllerDecision:
         key = keys.decision(event_id)

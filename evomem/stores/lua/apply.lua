@@ -58,9 +58,13 @@ if redis.call('EXISTS', qkey) == 0 then
   redis.call('HSET', qkey, 'namespace', ns, 'text', plan.query_text, 'status', plan.status,
     'trajectory', plan.trajectory_json, 'event_id', plan.event_id, 'created_at', at)
   redis.call('SADD', P .. ':ns:' .. ns .. ':queries', q)
+  -- no retrieval record said which queries it resembles: the projector links it once indexed
+  if plan.similar == cjson.null then redis.call('HSET', qkey, 'link', '1') end
   redis.call('XADD', P .. ':changes', 'MAXLEN', '~', changes_maxlen, '*', 'kind', 'query', 'id', q, 'version', 1)
 end
-for _, other in ipairs(plan.similar) do
+local similar = plan.similar
+if similar == cjson.null then similar = {} end
+for _, other in ipairs(similar) do
   if redis.call('HGET', P .. ':q:' .. other, 'namespace') == ns then
     redis.call('SADD', P .. ':q:' .. q .. ':nbr', other)
     redis.call('SADD', P .. ':q:' .. other .. ':nbr', q)
@@ -80,15 +84,26 @@ end
 
 local outcomes = {}
 local created = {}
+local linked = {}   -- new or revised active nodes, for the edge update (Eq. 18)
+local texts = P .. ':ns:' .. ns .. ':texts'
+
+local function active_twin(key)
+  if not key or key == cjson.null then return nil end
+  local twin = redis.call('HGET', texts, key)
+  if twin and node_ok(twin) and redis.call('HGET', ins(twin), 'state') == 'active' then return twin end
+  return nil
+end
 
 for _, e in ipairs(plan.edits) do
   local o = {op = e.op, insight_id = e.insight_id, outcome = 'rejected'}
   if e.op == 'ADD' then
-    local texts = P .. ':ns:' .. ns .. ':texts'
-    local twin = redis.call('HGET', texts, e.text_key)
-    if twin and node_ok(twin) and redis.call('HGET', ins(twin), 'state') == 'active' then
-      redis.call('SADD', ins(twin) .. ':pos', q)
-      touch(twin)
+    local twin = active_twin(e.text_key)
+    if twin then
+      -- no twin; a resolved task is positive evidence for the insight it re-proposed
+      if plan.status == 'resolved' then
+        redis.call('SADD', ins(twin) .. ':pos', q)
+        touch(twin)
+      end
       o.insight_id = twin
       o.outcome = 'duplicate'
     else
@@ -99,6 +114,7 @@ for _, e in ipairs(plan.edits) do
       o.outcome = 'added'
       o.new_id = e.new_id
       table.insert(created, e.new_id)
+      table.insert(linked, e.new_id)
     end
   elseif node_ok(e.insight_id) then
     local id = e.insight_id
@@ -121,7 +137,19 @@ for _, e in ipairs(plan.edits) do
       end
     else
       redis.call('SADD', ins(id) .. ':neg', q)
-      if e.op == 'REVISE' and state == 'active' then
+      local twin = nil
+      if e.op == 'REVISE' and state == 'active' then twin = active_twin(e.text_key) end
+      if twin and twin ~= id then
+        -- the revised text is already an active insight: revise into it rather than make a twin
+        redis.call('HSET', ins(id), 'state', 'archived', 'revised_to', twin)
+        touch(id)
+        redis.call('SUNIONSTORE', ins(twin) .. ':pos', ins(twin) .. ':pos', ins(id) .. ':pos')
+        redis.call('SADD', ins(twin) .. ':pos', q)
+        touch(twin)
+        o.outcome = 'merged'
+        o.new_id = twin
+        table.insert(linked, twin)
+      elseif e.op == 'REVISE' and state == 'active' then
         redis.call('HSET', ins(id), 'state', 'archived', 'revised_to', e.new_id)
         touch(id)
         create(e.new_id, e.text, id)
@@ -133,6 +161,7 @@ for _, e in ipairs(plan.edits) do
         o.outcome = 'revised'
         o.new_id = e.new_id
         table.insert(created, e.new_id)
+        table.insert(linked, e.new_id)
       else
         local archive = false
         if state == 'active' then
@@ -171,9 +200,9 @@ for _, e in ipairs(plan.edits) do
 end
 
 if plan.status == 'resolved' then
-  for _, b in ipairs(created) do
+  for _, b in ipairs(linked) do
     for _, a in ipairs(plan.retrieved) do
-      if node_ok(a) then redis.call('SADD', ins(b) .. ':edges', a .. '|' .. q) end
+      if a ~= b and node_ok(a) then redis.call('SADD', ins(b) .. ':edges', a .. '|' .. q) end
     end
   end
 end
