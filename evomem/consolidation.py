@@ -18,7 +18,7 @@ import structlog
 from evomem import controllers
 from evomem.controllers import Controller, DecisionInput
 from evomem.editing import EditPlan, plan_edits
-from evomem.errors import InvalidEventError, TransientError
+from evomem.errors import InvalidEventError
 from evomem.ports import ApplyResult, GraphStore
 from evomem.settings import Settings
 from evomem.stream import Entry, EventStream, reason_of
@@ -77,54 +77,70 @@ class Consolidator:
         self.max_deliveries = max_deliveries
 
     def process(self, entries: Sequence[Entry]) -> ConsolidationReport:
+        """Consolidate one batch in a handful of round trips, whatever its size."""
         report = ConsolidationReport(events=len(entries))
-        work = [w for w in (self._prepare(e, report) for e in entries) if w is not None]
+        work = self._prepare([e for e in entries if self._deliverable(e, report)], report)
         work = self._validate_ids(work, report)
         self._decide(work)
-        for w in work:
-            assert w.decision is not None
-            plan = plan_edits(
+        plans = [
+            plan_edits(
                 w.event, w.decision, retrieved=w.retrieved, similar=w.similar,
                 allowed_operations=self.settings.allowed_operations,
                 archive_policy=self.settings.archive_policy, archive_ratio=self.settings.archive_ratio,
                 at=utcnow(),
             )
-            try:
-                result = self.graph.apply(plan)
-            except TransientError:
-                raise  # leave the rest pending; it is redelivered
-            except Exception as exc:
-                self._failed(w.entry, exc, report)
+            for w in work
+            if w.decision is not None
+        ]
+        results = self.graph.apply_many(plans)  # a TransientError leaves the whole batch pending
+        done = []
+        for w, plan, result in zip(work, plans, results, strict=True):
+            if isinstance(result, Exception):
+                self._failed(w.entry, result, report)
                 continue
-            self.stream.ack([w.entry.id])
+            done.append(w.entry.id)
             self._count(plan, result, report)
+        self.stream.ack(done)
         return report
 
     # -- steps ---------------------------------------------------------------------------------
-    def _prepare(self, entry: Entry, report: ConsolidationReport) -> _Work | None:
-        if entry.raw is None:
-            self._dead_letter(entry, "event: the entry was trimmed from the stream before it was consumed",
-                              "event", report)
-            return None
-        try:
-            event = TaskEvent.model_validate_json(entry.raw)
-        except Exception as exc:
-            reason, fld = reason_of(exc)
-            self._dead_letter(entry, reason, fld, report)
-            return None
-        retrieved = list(event.retrieved_insight_ids)
-        similar: list[str] | None = None
-        if event.retrieval_id:
-            record = self.graph.load_retrieval(event.retrieval_id)
+    def _deliverable(self, entry: Entry, report: ConsolidationReport) -> bool:
+        """The poison guard: an entry delivered more than ``max_deliveries`` times without an ack
+        has taken its workers down with it each time; it goes to the dead letters, unprocessed."""
+        if entry.deliveries <= self.max_deliveries:
+            return True
+        self._dead_letter(entry, f"event: delivered {entry.deliveries} times and never acknowledged "
+                          "(its worker died or timed out each time)", "event", report)
+        return False
+
+    def _prepare(self, entries: Sequence[Entry], report: ConsolidationReport) -> list[_Work]:
+        parsed: list[tuple[Entry, TaskEvent]] = []
+        for entry in entries:
+            if entry.raw is None:
+                self._dead_letter(entry, "event: the entry was trimmed from the stream before it was consumed",
+                                  "event", report)
+                continue
+            try:
+                parsed.append((entry, TaskEvent.model_validate_json(entry.raw)))
+            except Exception as exc:
+                reason, fld = reason_of(exc)
+                self._dead_letter(entry, reason, fld, report)
+        records = self.graph.load_retrievals([e.retrieval_id for _, e in parsed if e.retrieval_id])
+        work = []
+        for entry, event in parsed:
+            retrieved = list(event.retrieved_insight_ids)
+            similar: list[str] | None = None
+            record = records.get(event.retrieval_id or "")
             if record is not None:
                 if record.namespace != event.namespace:
                     self._dead_letter(entry, f"retrieval_id: retrieval {event.retrieval_id} belongs to another "
                                       "namespace", "retrieval_id", report)
-                    return None
+                    continue
                 retrieved = [*record.insight_ids, *retrieved]
                 similar = list(record.similar)
-        retrieved = list(dict.fromkeys([*retrieved, *event.insight_feedback]))
-        return _Work(entry, event, retrieved, similar)
+            retrieved = list(dict.fromkeys([*retrieved, *event.insight_feedback]))
+            work.append(_Work(entry, event, retrieved, similar))
+        return work
 
     def _validate_ids(self, work: list[_Work], report: ConsolidationReport) -> list[_Work]:
         all_ids = {i for w in work for i in w.retrieved}
@@ -150,9 +166,12 @@ class Consolidator:
         return kept
 
     def _decide(self, work: list[_Work]) -> None:
+        """Stored decisions first (a redelivered event costs no second controller call); the rest
+        are decided in one controller call and stored before anything is applied."""
+        stored = self.graph.load_decisions([str(w.event.event_id) for w in work])
         undecided = []
         for w in work:
-            w.decision = self.graph.load_decision(str(w.event.event_id))
+            w.decision = stored.get(str(w.event.event_id))
             if w.decision is None:
                 undecided.append(w)
         if not undecided:
@@ -163,8 +182,10 @@ class Consolidator:
                           self.settings.allowed_operations)
             for w in undecided
         ]
-        for w, decision in zip(undecided, controllers.decide(inputs, self.controller), strict=True):
-            w.decision = self.graph.save_decision(str(w.event.event_id), decision)
+        decided = controllers.decide(inputs, self.controller)
+        kept = self.graph.save_decisions({str(w.event.event_id): d for w, d in zip(undecided, decided, strict=True)})
+        for w in undecided:
+            w.decision = kept[str(w.event.event_id)]
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def _failed(self, entry: Entry, exc: Exception, report: ConsolidationReport) -> None:

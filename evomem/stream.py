@@ -33,7 +33,7 @@ for i = 6, #ARGV do
   local found = redis.call('HGET', ARGV[2] .. ':ins:' .. ARGV[i], 'namespace')
   if found ~= ns then return 'bad:' .. ARGV[i] end
 end
-return 'ok:' .. redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'event', doc)
+return 'ok:' .. redis.call('XADD', KEYS[1], '*', 'event', doc)
 """
 
 
@@ -78,7 +78,7 @@ class EventStream:
 
     def publish_raw(self, document: str | bytes) -> str:
         """Append a document as it is, unvalidated (what a foreign publisher's XADD does)."""
-        return _s(self.r.xadd(self.stream, {"event": document}, maxlen=self.maxlen, approximate=True))
+        return _s(self.r.xadd(self.stream, {"event": document}))
 
     def ensure_group(self) -> None:
         if self._group_ready:
@@ -118,6 +118,51 @@ class EventStream:
         counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
         return [Entry(e.id, e.raw, counts.get(e.id, 1)) for e in entries]
 
+    def claim_stale(self, consumer: str, min_idle_ms: int, count: int) -> list[Entry]:
+        """Take over entries that another consumer was given and has not acked for ``min_idle_ms``
+        (it died, or hangs): the janitor's XAUTOCLAIM. Entries trimmed meanwhile come back with
+        ``raw=None``."""
+        self.ensure_group()
+        try:
+            reply = self.r.xautoclaim(self.stream, self.group, consumer, min_idle_ms, "0-0", count=count)
+        except redis.ConnectionError as exc:
+            raise TransientError("redis unreachable while claiming events") from exc
+        claimed = [Entry(_s(i), f.get(b"event") if f else None) for i, f in reply[1]]
+        gone = [Entry(_s(i), None) for i in (reply[2] if len(reply) > 2 else [])]
+        return self._with_deliveries(claimed) + gone if claimed else gone
+
+    def has_backlog(self) -> bool:
+        """Whether any entry waits: never delivered to the group, or delivered and not acked."""
+        self.ensure_group()
+        group = self._group_info()
+        if int(group.get("pending", 0)):
+            return True
+        last = _s(group.get("last-delivered-id", "0-0"))
+        return bool(self.r.xrange(self.stream, min=f"({last}", max="+", count=1))
+
+    def _group_info(self) -> dict[str, Any]:
+        groups = {_s(g["name"]): g for g in self.r.xinfo_groups(self.stream)}
+        return dict(groups.get(self.group, {}))
+
+    def trim(self, keep: int | None = None) -> int:
+        """Drop the oldest entries beyond ``keep`` (default: the stream's maxlen) — only entries the
+        group has acknowledged, never one still pending or not yet read. Returns how many went."""
+        keep = self.maxlen if keep is None else keep
+        self.ensure_group()
+        length = int(self.r.xlen(self.stream))
+        if length <= keep:
+            return 0
+        group = self._group_info()
+        safe = _s(group.get("last-delivered-id", "0-0"))
+        oldest_pending = self.r.xpending_range(self.stream, self.group, min="-", max="+", count=1)
+        if oldest_pending:
+            safe = min(safe, _s(oldest_pending[0]["message_id"]), key=_id_key)
+        cut = self.r.xrange(self.stream, min="-", max="+", count=length - keep)
+        boundary = _s(cut[-1][0]) if cut else "0-0"
+        # MINID keeps ids >= the bound: drop up to the cut, but never past the first unacked entry
+        bound = min(_next_id(boundary), safe, key=_id_key)
+        return int(self.r.xtrim(self.stream, minid=bound, approximate=False))
+
     def ack(self, ids: Sequence[str]) -> None:
         if ids:
             self.r.xack(self.stream, self.group, *ids)
@@ -135,19 +180,33 @@ class EventStream:
         items = self.r.xrevrange(keys.DLQ_STREAM, count=count)
         return [{"id": _s(i), **{_s(k): _s(v) for k, v in f.items()}} for i, f in items]
 
-    def info(self) -> dict[str, int]:
-        """Stream length, pending and lag of the group, dead letters."""
+    def info(self, lag_cap: int = 100_000) -> dict[str, int]:
+        """Stream length; the group's pending (delivered, not acked) and lag (not yet delivered;
+        counted up to ``lag_cap`` where the server does not report it); dead letters; consumers."""
         self.ensure_group()
         length = int(self.r.xlen(self.stream))
-        groups = {(_s(g["name"])): g for g in self.r.xinfo_groups(self.stream)}
-        g = groups.get(self.group, {})
+        g = self._group_info()
         lag = g.get("lag")
+        if lag is None:  # Redis < 7 does not report it
+            last = _s(g.get("last-delivered-id", "0-0"))
+            lag = len(self.r.xrange(self.stream, min=f"({last}", max="+", count=lag_cap))
         return {
             "length": length,
             "pending": int(g.get("pending", 0)),
-            "lag": int(lag) if lag is not None else -1,
+            "lag": int(lag),
+            "consumers": int(g.get("consumers", 0)),
             "dead_letters": int(self.r.xlen(keys.DLQ_STREAM)),
         }
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _next_id(entry_id: str) -> str:
+    ms, seq = _id_key(entry_id)
+    return f"{ms}-{seq + 1}"
 
 
 def reason_of(exc: Exception) -> tuple[str, str | None]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -208,6 +208,26 @@ class InMemoryGraphStore:
             created_at=plan.at, updated_at=plan.at, positive=set(positive), revised_from=parent,
         )
         changed[new_id] = 1
+
+    def apply_many(self, plans: Collection[EditPlan]) -> list[ApplyResult | Exception]:
+        out: list[ApplyResult | Exception] = []
+        for plan in plans:
+            try:
+                out.append(self.apply(plan))
+            except InvalidEventError as exc:
+                out.append(exc)
+        return out
+
+    def save_decisions(self, decisions: Mapping[str, ControllerDecision]) -> dict[str, ControllerDecision]:
+        return {i: self.save_decision(i, d) for i, d in decisions.items()}
+
+    def load_decisions(self, event_ids: Collection[str]) -> dict[str, ControllerDecision]:
+        with self._lock:
+            return {i: self._decisions[i] for i in event_ids if i in self._decisions}
+
+    def load_retrievals(self, retrieval_ids: Collection[str]) -> dict[str, RetrievalRecord]:
+        with self._lock:
+            return {i: self._retrievals[i] for i in retrieval_ids if i in self._retrievals}
 
     def link_queries(self, query_id: str, similar: Collection[str]) -> None:
         with self._lock:

@@ -8,7 +8,7 @@ one Lua script, atomically and idempotently, which an object mapper that saves w
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from importlib import resources
 from typing import Any
@@ -70,15 +70,19 @@ class RedisGraphStore:
             raise
         return _result(json.loads(_s(raw)))
 
-    def apply_many(self, plans: Collection[EditPlan]) -> list[ApplyResult]:
-        """Apply several plans in one round trip (each still atomic on its own)."""
+    def apply_many(self, plans: Collection[EditPlan]) -> list[ApplyResult | Exception]:
+        """Apply several plans in one round trip, each atomic on its own; a plan that fails gives
+        its exception in its place and the others are applied."""
+        if not plans:
+            return []
         pipe = self.r.pipeline(transaction=False)
         for plan in plans:
             self._apply(args=[plan.to_json(), keys.PREFIX, CHANGES_MAXLEN, HISTORY_MAXLEN], client=pipe)
         try:
-            return [_result(json.loads(_s(raw))) for raw in pipe.execute()]
+            raw = pipe.execute(raise_on_error=False)
         except redis.ConnectionError as exc:
             raise TransientError("redis unreachable while applying a batch") from exc
+        return [_error(r) if isinstance(r, Exception) else _result(json.loads(_s(r))) for r in raw]
 
     def link_queries(self, query_id: str, similar: Collection[str]) -> None:
         self._link(args=[keys.PREFIX, query_id, *similar])
@@ -89,6 +93,31 @@ class RedisGraphStore:
         for q in ids:
             pipe.hexists(keys.query(q), "link")
         return {q for q, flag in zip(ids, pipe.execute(), strict=True) if flag}
+
+    def save_decisions(self, decisions: Mapping[str, ControllerDecision]) -> dict[str, ControllerDecision]:
+        """Store each decision unless one is stored for its event; return the stored ones."""
+        ids = list(decisions)
+        pipe = self.r.pipeline(transaction=False)
+        for event_id in ids:
+            pipe.set(keys.decision(event_id), decisions[event_id].model_dump_json(), nx=True)
+        for event_id in ids:
+            pipe.get(keys.decision(event_id))
+        stored = pipe.execute()[len(ids):]
+        return {i: ControllerDecision.model_validate_json(raw) for i, raw in zip(ids, stored, strict=True)}
+
+    def load_decisions(self, event_ids: Collection[str]) -> dict[str, ControllerDecision]:
+        ids = list(event_ids)
+        if not ids:
+            return {}
+        raw = self.r.mget([keys.decision(i) for i in ids])
+        return {i: ControllerDecision.model_validate_json(r) for i, r in zip(ids, raw, strict=True) if r}
+
+    def load_retrievals(self, retrieval_ids: Collection[str]) -> dict[str, RetrievalRecord]:
+        ids = list(dict.fromkeys(retrieval_ids))
+        if not ids:
+            return {}
+        raw = self.r.mget([keys.retrieval(i) for i in ids])
+        return {i: _retrieval(i, r) for i, r in zip(ids, raw, strict=True) if r is not None}
 
     def save_decision(self, event_id: str, decision: ControllerDecision) -> ControllerDecision:
         key = keys.decision(event_id)
@@ -196,10 +225,7 @@ class RedisGraphStore:
 
     def load_retrieval(self, retrieval_id: str) -> RetrievalRecord | None:
         raw = self.r.get(keys.retrieval(retrieval_id))
-        if raw is None:
-            return None
-        d = json.loads(raw)
-        return RetrievalRecord(retrieval_id, d["namespace"], d["query"], tuple(d["similar"]), tuple(d["insight_ids"]))
+        return None if raw is None else _retrieval(retrieval_id, raw)
 
     def changes(self, after: str, count: int) -> list[Change]:
         entries = self.r.xread({keys.CHANGES_STREAM: after or "0-0"}, count=count)
@@ -221,6 +247,18 @@ class RedisGraphStore:
 
     def close(self) -> None:
         self.r.close()
+
+
+def _retrieval(retrieval_id: str, raw: bytes) -> RetrievalRecord:
+    d = json.loads(raw)
+    return RetrievalRecord(retrieval_id, d["namespace"], d["query"], tuple(d["similar"]), tuple(d["insight_ids"]))
+
+
+def _error(exc: Exception) -> Exception:
+    """A script's error reply as the error it means."""
+    if isinstance(exc, redis.ResponseError) and "query_id:" in str(exc):
+        return InvalidEventError("query_id", str(exc).split("query_id: ", 1)[1])
+    return exc
 
 
 def _result(d: dict[str, Any]) -> ApplyResult:
