@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint format bench schemas clean
+.PHONY: install demo test lint format bench schemas up down clean
 
 install: $(STAMP)
 
@@ -31,6 +31,12 @@ format: install
 
 bench: install           ## benchmarks; figures printed and written to bench/results.json
 	$(BIN)/evomem bench
+
+up: install              ## Redis, workers and the retrieval side in the background (logs under DATA_DIR)
+	$(BIN)/evomem up
+
+down: install            ## stop what `make up` started
+	$(BIN)/evomem down
 
 schemas: install         ## re-export the JSON Schemas of the wire contracts
 	$(BIN)/python -m schemas.export

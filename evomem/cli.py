@@ -9,7 +9,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evomem.errors import EvomemError, InvalidEventError
+from evomem.errors import EvomemError, InvalidEventError, StoreLockedError
 from evomem.logs import configure_logging
 from evomem.memory import InsightView, Memory
 from evomem.settings import Settings
@@ -22,13 +22,15 @@ def _out(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
-def _open() -> Memory:
-    return Memory.open(Settings())
+def _open(index: bool = False) -> Memory:
+    """Most commands need the system of record only, so they work beside a running retrieval side
+    (which holds the embedded Qdrant store)."""
+    return Memory.open(Settings(), index=index)
 
 
 # -- retrieve / report / consolidate ------------------------------------------------------------
 def cmd_retrieve(args: argparse.Namespace) -> int:
-    with _open() as mem:
+    with _open(index=True) as mem:
         r = mem.retrieve(args.query, args.namespace, top_k=args.top_k, budget=args.budget)
     if args.json:
         _out({"retrieval_id": r.id, "namespace": r.namespace, "similar_queries": list(r.similar),
@@ -85,7 +87,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_consolidate(args: argparse.Namespace) -> int:
-    with _open() as mem:
+    try:
+        mem = _open(index=True)
+    except StoreLockedError:  # the retrieval side holds the index and projects for us
+        mem = _open()
+    with mem:
         report = mem.consolidate(args.max)
     if args.json:
         _out(report.as_dict())
@@ -162,11 +168,86 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     s = stats["stream"]
     print(f"events stream  length {s['length']}, pending {s['pending']}, dead letters {s['dead_letters']}")
-    print(f"projector lag  {stats['projector_lag']} change(s)")
-    print(f"index          {stats['index']['queries']} queries, {stats['index']['insights']} insights")
+    print(f"stream         lag {s['lag']} unread, {s['consumers']} consumer(s)")
+    for name, lag in stats.get("projectors", {}).items():
+        print(f"projector lag  {lag} change(s)  [{name}]")
     for ns, d in stats["namespaces"].items():
         print(f"namespace {ns:<16} {d['queries']} queries, {d['insights']} insights "
               f"({d['active']} active, {d['archived']} archived)")
+    return 0
+
+
+# -- the pipeline: workers, the retrieval side, dead letters ------------------------------------
+def cmd_worker(args: argparse.Namespace) -> int:
+    """A Celery consolidation worker (``celery -A workers.app worker`` with the right options)."""
+    import os
+
+    from workers.app import QUEUE, app
+
+    settings = Settings()
+    argv = ["worker", "--concurrency", str(args.concurrency or settings.worker_concurrency), "--queues", QUEUE,
+            "--without-mingle", "--without-gossip", "--hostname", f"evomem-{os.getpid()}@%h",
+            "--loglevel", args.log_level]
+    app.worker_main(argv)
+    return 0
+
+
+def cmd_project(args: argparse.Namespace) -> int:
+    """Hold the Qdrant store and keep it in step with Redis until stopped (SIGTERM/SIGINT)."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with _open(index=True) as mem:
+        assert mem.projector is not None
+        print(f"projecting into {mem.index.identity if mem.index else '?'}", flush=True)
+        mem.projector.follow(stop)
+    return 0
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    with _open() as mem:
+        if args.action == "list":
+            letters = mem.stream.dlq(args.count)
+            if args.json:
+                _out(letters)
+            for d in letters if not args.json else []:
+                print(f"{d['id']}  deliveries {d['deliveries']:<3} {d['reason'][:100]}")
+            if not letters and not args.json:
+                print("no dead letters")
+        elif args.action == "show":
+            entry = mem.stream.dead_letter_entry(args.ids[0]) if args.ids else None
+            if entry is None:
+                sys.stderr.write("evomem: no such dead letter\n")
+                return 1
+            try:
+                entry["event"] = json.loads(entry["event"])
+            except ValueError:
+                pass
+            _out(entry)
+        else:
+            ids = [d["id"] for d in mem.stream.dlq(1_000_000)] if args.all else args.ids
+            replayed = mem.stream.replay(ids)
+            print(f"replayed {len(replayed)} event(s)")
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from evomem.launcher import up
+
+    settings = Settings()
+    for line in up(settings, args.workers, serve=not args.no_retrieval):
+        print(line)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from evomem.launcher import down
+
+    for line in down(Settings()):
+        print(line)
     return 0
 
 
@@ -231,6 +312,29 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--state", choices=["active", "archived"])
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_inspect)
+
+    sp = sub.add_parser("worker", help="run a Celery consolidation worker")
+    sp.add_argument("-c", "--concurrency", type=int)
+    sp.set_defaults(func=cmd_worker)
+
+    sp = sub.add_parser("project", help="hold the Qdrant store and keep it in step (the retrieval side)")
+    sp.set_defaults(func=cmd_project)
+
+    sp = sub.add_parser("dlq", help="dead letters: list, show, replay")
+    sp.add_argument("action", choices=["list", "show", "replay"])
+    sp.add_argument("ids", nargs="*")
+    sp.add_argument("--all", action="store_true", help="replay every dead letter")
+    sp.add_argument("--count", type=int, default=50)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_dlq)
+
+    sp = sub.add_parser("up", help="start Redis, workers and the retrieval side in the background")
+    sp.add_argument("-w", "--workers", type=int, default=2)
+    sp.add_argument("--no-retrieval", action="store_true")
+    sp.set_defaults(func=cmd_up)
+
+    sp = sub.add_parser("down", help="stop what `evomem up` started")
+    sp.set_defaults(func=cmd_down)
 
     sp = sub.add_parser("stats", help="stream, projector and graph figures")
     sp.add_argument("--json", action="store_true")

@@ -18,7 +18,7 @@ import structlog
 from evomem import controllers
 from evomem.controllers import Controller, DecisionInput
 from evomem.editing import EditPlan, plan_edits
-from evomem.errors import InvalidEventError
+from evomem.errors import InvalidEventError, TransientError
 from evomem.ports import ApplyResult, GraphStore
 from evomem.settings import Settings
 from evomem.stream import Entry, EventStream, reason_of
@@ -77,7 +77,25 @@ class Consolidator:
         self.max_deliveries = max_deliveries
 
     def process(self, entries: Sequence[Entry]) -> ConsolidationReport:
-        """Consolidate one batch in a handful of round trips, whatever its size."""
+        """Consolidate one batch in a handful of round trips, whatever its size. If the batch as a
+        whole fails (not transiently), its events are retried one by one, so that one bad event
+        cannot hold the others back: only it stays pending, then goes to the dead letters."""
+        try:
+            return self._process(entries)
+        except TransientError:
+            raise
+        except Exception as exc:
+            if len(entries) == 1:
+                report = ConsolidationReport(events=1)
+                self._failed(entries[0], exc, report)
+                return report
+            log.warning("batch.failed_retrying_one_by_one", events=len(entries), error=str(exc))
+        total = ConsolidationReport()
+        for entry in entries:
+            total.merge(self.process([entry]))
+        return total
+
+    def _process(self, entries: Sequence[Entry]) -> ConsolidationReport:
         report = ConsolidationReport(events=len(entries))
         work = self._prepare([e for e in entries if self._deliverable(e, report)], report)
         work = self._validate_ids(work, report)

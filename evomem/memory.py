@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -12,10 +13,11 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
+from evomem import keys
 from evomem.consolidation import ConsolidationReport, Consolidator
 from evomem.controllers import make_controller
 from evomem.embedding import make_embedder
-from evomem.errors import InvalidEventError, NotFoundError
+from evomem.errors import ConfigError, InvalidEventError, NotFoundError
 from evomem.index.edge import EdgeIndex
 from evomem.ports import EditRecord, VectorIndex
 from evomem.projector import Projector
@@ -49,7 +51,7 @@ class Memory:
     ``EVOMEM_REDIS_URL`` / ``EVOMEM_QDRANT_URL`` to use servers instead.
     """
 
-    def __init__(self, settings: Settings, client: redis.Redis, index: VectorIndex,
+    def __init__(self, settings: Settings, client: redis.Redis, index: VectorIndex | None,
                  embedded: EmbeddedRedis | None = None) -> None:
         self.settings = settings
         self.redis = client
@@ -59,16 +61,24 @@ class Memory:
         self.index = index
         self.embedder = make_embedder(settings)
         self.controller = make_controller(settings.controller)
-        self.retriever = Retriever(self.graph, index, self.embedder, settings)
-        self.projector = Projector(self.graph, index, self.embedder, client, link_k=settings.top_k)
-        self.consolidator = Consolidator(self.graph, self.stream, self.controller, settings)
+        self._retriever = Retriever(self.graph, index, self.embedder, settings) if index else None
+        self.projector = (Projector(self.graph, index, self.embedder, client, link_k=settings.top_k)
+                          if index else None)
+        self._follower: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.consolidator = Consolidator(self.graph, self.stream, self.controller, settings,
+                                         max_deliveries=settings.max_deliveries)
         self.consumer = settings.consumer_name or f"{socket.gethostname()}-{os.getpid()}"
         self._closed = False
-        self.projector.run_once()  # catch up with whatever changed while no projector ran
+        if self.projector is not None:
+            self.projector.run_once()  # catch up with whatever changed while no projector ran
 
     @classmethod
-    def open(cls, settings: Settings | None = None) -> Memory:
-        """Open with ``settings``, or with the ``EVOMEM_*`` environment as it is now."""
+    def open(cls, settings: Settings | None = None, *, index: bool = True) -> Memory:
+        """Open with ``settings``, or with the ``EVOMEM_*`` environment as it is now.
+
+        ``index=False`` opens the system of record alone (report, consolidate, inspect, stats): for
+        processes beside the one that holds the embedded Qdrant store."""
         settings = settings or Settings()
         embedded = None
         if settings.redis_url is None:
@@ -78,13 +88,29 @@ class Memory:
             url = settings.redis_url
         client = connect(url)
         try:
-            index = open_index(settings)
+            vector_index = open_index(settings) if index else None
         except Exception:
             client.close()
             if embedded is not None and embedded.started_here:
                 embedded.stop()
             raise
-        return cls(settings, client, index, embedded)
+        return cls(settings, client, vector_index, embedded)
+
+    @property
+    def retriever(self) -> Retriever:
+        if self._retriever is None:
+            raise ConfigError("this memory was opened without its index (Memory.open(index=False))")
+        return self._retriever
+
+    def follow(self) -> None:
+        """Keep the index in step in a background thread, as the retrieval side does, so events
+        consolidated by workers in other processes become visible without calling ``consolidate``."""
+        if self.projector is None or self._follower is not None:
+            return
+        projector = self.projector
+        self._follower = threading.Thread(target=projector.follow, args=(self._stop,), name="evomem-projector",
+                                          daemon=True)
+        self._follower.start()
 
     # -- the agent's calls -------------------------------------------------------------------
     def retrieve(self, query: str, namespace: str = "default", *, top_k: int | None = None,
@@ -131,9 +157,13 @@ class Memory:
             if not entries:
                 break
             total.merge(self.consolidator.process(entries))
-            self.projector.run_once()
-        self.projector.run_once()  # also what other processes changed, when there was nothing to apply here
+            self._project()
+        self._project()  # also what other processes changed, when there was nothing to apply here
         return total
+
+    def _project(self) -> None:
+        if self.projector is not None and self._follower is None:
+            self.projector.run_once()
 
     def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:
         """An insight with its evidence, state, version and revision lineage."""
@@ -159,18 +189,34 @@ class Memory:
                 "active": sum(n.active for n in nodes),
                 "archived": sum(not n.active for n in nodes),
             }
-        return {
-            "stream": self.stream.info(),
-            "projector_lag": self.projector.lag(),
-            "index": {"queries": self.index.count("query"), "insights": self.index.count("insight")},
-            "namespaces": per_ns,
-        }
+        out: dict[str, Any] = {"stream": self.stream.info(), "namespaces": per_ns,
+                               "projectors": self.projector_lags()}
+        if self.projector is not None and self.index is not None:
+            out["projector_lag"] = self.projector.lag()
+            out["index"] = {"queries": self.index.count("query"), "insights": self.index.count("insight")}
+        return out
+
+    def projector_lags(self, cap: int = 100_000) -> dict[str, int]:
+        """Changes each known projector has not applied yet (from the cursors they keep in Redis)."""
+        prefix = keys.projector_cursor("")
+        lags = {}
+        for key in self.redis.scan_iter(match=prefix + "*"):
+            cursor = self.redis.get(key)
+            if cursor is None:
+                continue
+            pending = self.redis.xrange(keys.CHANGES_STREAM, min=f"({cursor.decode()}", max="+", count=cap)
+            lags[key.decode()[len(prefix):]] = len(pending)
+        return lags
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self.index.close()
+        self._stop.set()
+        if self._follower is not None:
+            self._follower.join(timeout=5)
+        if self.index is not None:
+            self.index.close()
         self.redis.close()
         if self._embedded is not None and self._embedded.started_here:
             self._embedded.stop()

@@ -12,13 +12,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import threading
+
 import redis
+import structlog
 
 from evomem import keys
 from evomem.embedding import Embedder
+from evomem.errors import TransientError
 from evomem.ports import GraphStore, Vector, VectorIndex
 
 BATCH = 2048
+log = structlog.get_logger("evomem.projector")
 
 
 @dataclass
@@ -92,6 +97,16 @@ class Projector:
         vectors: dict[str, Vector] = dict(zip((n.id for n in unseen), embedded, strict=True))
         self.index.write_insights(newer, vectors)
         return len(newer)
+
+    def follow(self, stop: threading.Event, block_ms: int = 500) -> None:
+        """Project until ``stop`` is set, waking as soon as a change is published."""
+        while not stop.is_set():
+            try:
+                if self.run_once().changes == 0 and self._cursors is not None:
+                    self._cursors.xread({keys.CHANGES_STREAM: self.cursor}, count=1, block=block_ms)
+            except (redis.ConnectionError, redis.TimeoutError, TransientError) as exc:
+                log.warning("projector.redis_unreachable", error=str(exc))
+                stop.wait(block_ms / 1000)
 
     def lag(self) -> int:
         """Changes in the feed the index has not seen yet."""

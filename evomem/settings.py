@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 OperationsMode = Literal["all", "add+keep+archive", "add+keep"]
@@ -53,9 +53,27 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("EVOMEM_LLM_API_KEY", "OPENAI_API_KEY", "llm_api_key")
     )
 
-    stream_maxlen: int = Field(1_000_000, ge=1000, description="approximate cap of the event stream")
+    stream_maxlen: int = Field(1_000_000, ge=1, description="length past which acknowledged events are trimmed")
     retrieval_ttl_s: int = Field(86_400, ge=60, description="how long a retrieval can be reported on")
     consumer_name: str | None = None
+
+    batch_size: int = Field(256, ge=1, le=10_000, description="events a worker reads per batch")
+    batch_wait_ms: int = Field(200, ge=0, description="how long a worker waits for a batch to fill")
+    claim_idle_ms: int = Field(120_000, ge=100, description="an unacked event idle this long is reclaimed")
+    max_deliveries: int = Field(5, ge=1, description="deliveries before an event is dead-lettered")
+    batch_time_limit_s: float = Field(60.0, gt=0, description="a worker task's soft time limit")
+    visibility_timeout_s: int = Field(600, ge=1, description="Celery broker visibility timeout")
+    worker_concurrency: int = Field(2, ge=1, description="processes per `evomem worker`")
+    pump_interval_s: float = Field(0.2, gt=0, description="how often a worker checks the stream for work")
+
+    @model_validator(mode="after")
+    def _timeouts_in_order(self) -> Settings:
+        # A batch that is still legitimately running must never be reclaimed or redelivered.
+        if self.claim_idle_ms / 1000 <= self.batch_time_limit_s:
+            raise ValueError("EVOMEM_CLAIM_IDLE_MS must exceed EVOMEM_BATCH_TIME_LIMIT_S (in ms)")
+        if self.visibility_timeout_s <= self.batch_time_limit_s:
+            raise ValueError("EVOMEM_VISIBILITY_TIMEOUT_S must exceed EVOMEM_BATCH_TIME_LIMIT_S")
+        return self
 
     @property
     def allowed_operations(self) -> frozenset[str]:

@@ -144,23 +144,18 @@ class EventStream:
         groups = {_s(g["name"]): g for g in self.r.xinfo_groups(self.stream)}
         return dict(groups.get(self.group, {}))
 
-    def trim(self, keep: int | None = None) -> int:
-        """Drop the oldest entries beyond ``keep`` (default: the stream's maxlen) — only entries the
-        group has acknowledged, never one still pending or not yet read. Returns how many went."""
-        keep = self.maxlen if keep is None else keep
+    def trim(self) -> int:
+        """Once the stream is longer than its maxlen, drop the entries every consumer is done with:
+        those before the first one still pending or not yet read. An unacknowledged event is never
+        trimmed, so a stream whose consumers lag grows past maxlen; ``info()["lag"]`` shows it."""
         self.ensure_group()
-        length = int(self.r.xlen(self.stream))
-        if length <= keep:
+        if int(self.r.xlen(self.stream)) <= self.maxlen:
             return 0
-        group = self._group_info()
-        safe = _s(group.get("last-delivered-id", "0-0"))
+        last = _s(self._group_info().get("last-delivered-id", "0-0"))
+        bound = _next_id(last)
         oldest_pending = self.r.xpending_range(self.stream, self.group, min="-", max="+", count=1)
         if oldest_pending:
-            safe = min(safe, _s(oldest_pending[0]["message_id"]), key=_id_key)
-        cut = self.r.xrange(self.stream, min="-", max="+", count=length - keep)
-        boundary = _s(cut[-1][0]) if cut else "0-0"
-        # MINID keeps ids >= the bound: drop up to the cut, but never past the first unacked entry
-        bound = min(_next_id(boundary), safe, key=_id_key)
+            bound = min(bound, _s(oldest_pending[0]["message_id"]), key=_id_key)
         return int(self.r.xtrim(self.stream, minid=bound, approximate=False))
 
     def ack(self, ids: Sequence[str]) -> None:
@@ -177,8 +172,28 @@ class EventStream:
         pipe.execute()
 
     def dlq(self, count: int = 100) -> list[dict[str, str]]:
+        """The newest dead letters first: id, source_id, reason, field, deliveries, at, event."""
         items = self.r.xrevrange(keys.DLQ_STREAM, count=count)
         return [{"id": _s(i), **{_s(k): _s(v) for k, v in f.items()}} for i, f in items]
+
+    def dead_letter_entry(self, dlq_id: str) -> dict[str, str] | None:
+        items = self.r.xrange(keys.DLQ_STREAM, min=dlq_id, max=dlq_id, count=1)
+        return {"id": _s(items[0][0]), **{_s(k): _s(v) for k, v in items[0][1].items()}} if items else None
+
+    def replay(self, dlq_ids: Sequence[str]) -> list[str]:
+        """Put dead letters back on the event stream (after a fix), removing them from the DLQ.
+        An event that was applied before cannot be applied twice: its marker makes it a no-op."""
+        new_ids = []
+        for dlq_id in dlq_ids:
+            entry = self.dead_letter_entry(dlq_id)
+            if entry is None or not entry.get("event"):
+                continue
+            pipe = self.r.pipeline(transaction=True)
+            pipe.xadd(self.stream, {"event": entry["event"]})
+            pipe.xdel(keys.DLQ_STREAM, dlq_id)
+            new_id, _ = pipe.execute()
+            new_ids.append(_s(new_id))
+        return new_ids
 
     def info(self, lag_cap: int = 100_000) -> dict[str, int]:
         """Stream length; the group's pending (delivered, not acked) and lag (not yet delivered;

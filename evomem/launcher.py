@@ -1,0 +1,105 @@
+"""``evomem up`` / ``evomem down``: the whole pipeline on one machine, in the background.
+
+Starts the embedded Redis (unless ``EVOMEM_REDIS_URL`` names a server), worker processes and the
+retrieval side (the process that holds the Qdrant store and projects into it), with logs and pid
+files under ``DATA_DIR``; ``down`` stops them in the reverse order.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from evomem.redis_server import EmbeddedRedis
+from evomem.settings import Settings
+
+STOP_TIMEOUT_S = 30.0
+
+
+def _dirs(settings: Settings) -> tuple[Path, Path]:
+    run, logs = settings.data_dir / "run", settings.data_dir / "logs"
+    run.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    return run, logs
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _pids(run: Path) -> dict[str, int]:
+    out = {}
+    for f in sorted(run.glob("*.pid")):
+        try:
+            out[f.stem] = int(f.read_text())
+        except ValueError:
+            continue
+    return out
+
+
+def _spawn(name: str, argv: list[str], run: Path, logs: Path) -> int:
+    with open(logs / f"{name}.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    (run / f"{name}.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def up(settings: Settings, workers: int, serve: bool = True) -> list[str]:
+    run, logs = _dirs(settings)
+    lines = []
+    if settings.redis_url is None:
+        lines.append(f"redis     {EmbeddedRedis(settings.data_dir).ensure()}")
+    running = {k: p for k, p in _pids(run).items() if _alive(p)}
+    exe = [sys.executable, "-m", "evomem.cli"]
+    for i in range(workers):
+        name = f"worker-{i}"
+        if name in running:
+            lines.append(f"{name:<9} already running (pid {running[name]})")
+            continue
+        pid = _spawn(name, [*exe, "worker"], run, logs)
+        lines.append(f"{name:<9} pid {pid}, log {logs / (name + '.log')}")
+    if serve and "retrieval" not in running:
+        pid = _spawn("retrieval", [*exe, "project"], run, logs)
+        lines.append(f"retrieval pid {pid}, log {logs / 'retrieval.log'}")
+    return lines
+
+
+def down(settings: Settings) -> list[str]:
+    run, _ = _dirs(settings)
+    lines = []
+    pids = _pids(run)
+    for name, pid in pids.items():
+        if _alive(pid):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for name, pid in pids.items():
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+            lines.append(f"{name:<9} killed (did not stop in {STOP_TIMEOUT_S:.0f} s)")
+        else:
+            lines.append(f"{name:<9} stopped")
+        (run / f"{name}.pid").unlink(missing_ok=True)
+    if settings.redis_url is None:
+        server = EmbeddedRedis(settings.data_dir)
+        if server.running():
+            server.stop()
+            lines.append("redis     stopped")
+    return lines
+
+
+__all__ = ["down", "up"]

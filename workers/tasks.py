@@ -1,0 +1,33 @@
+"""Celery tasks: thin, each calls the library and returns. The logic is in ``evomem.worker``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import signals
+
+from evomem.worker import ConsolidationWorker
+from workers.app import app, settings_of
+
+_worker: ConsolidationWorker | None = None
+
+
+def process_worker() -> ConsolidationWorker:
+    """One stream consumer per worker process, made after the fork (connections are not shared)."""
+    global _worker
+    if _worker is None:
+        _worker = ConsolidationWorker.open(settings_of(app))
+    return _worker
+
+
+@signals.worker_process_init.connect
+def _fresh_after_fork(**_: Any) -> None:
+    global _worker
+    _worker = None
+
+
+@app.task(name="evomem.consolidate")
+def consolidate() -> dict[str, object]:
+    """Drain the event stream for a while: reclaim, read, decide, apply, ack."""
+    settings = settings_of(app)
+    return process_worker().drain(budget_s=settings.batch_time_limit_s / 2).as_dict()
