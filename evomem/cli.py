@@ -12,6 +12,7 @@ from typing import Any
 from evomem.errors import EvomemError, InvalidEventError, StoreLockedError
 from evomem.logs import configure_logging
 from evomem.memory import InsightView, Memory
+from evomem.remote import RemoteMemory
 from evomem.settings import Settings
 from schemas import TaskEvent
 
@@ -25,18 +26,23 @@ def _out(obj: Any) -> None:
 def _open(index: bool = False) -> Memory:
     """Most commands need the system of record only, so they work beside a running retrieval side
     (which holds the embedded Qdrant store)."""
+    return Memory.open_local(Settings(), index=index)
+
+
+def _client(index: bool) -> Memory | RemoteMemory:
+    """The agent-facing commands go through the service when EVOMEM_URL is set."""
     return Memory.open(Settings(), index=index)
 
 
 # -- retrieve / report / consolidate ------------------------------------------------------------
 def cmd_retrieve(args: argparse.Namespace) -> int:
-    with _open(index=True) as mem:
+    with _client(index=True) as mem:
         r = mem.retrieve(args.query, args.namespace, top_k=args.top_k, budget=args.budget)
     if args.json:
         _out({"retrieval_id": r.id, "namespace": r.namespace, "similar_queries": list(r.similar),
               "insights": [vars_of(i) for i in r.insights]})
         return 0
-    print(f"retrieval {r.id}  ({len(r.similar)} similar queries, {r.expanded} after expansion)")
+    print(f"retrieval {r.id}  ({len(r.similar)} similar queries)")
     if not r.insights:
         print("no insight to serve yet")
     for n, i in enumerate(r.insights, 1):
@@ -63,7 +69,7 @@ def _feedback(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    with _open() as mem:
+    with _client(index=False) as mem:
         if args.file:
             raw = sys.stdin.read() if args.file == "-" else open(args.file).read()
             try:
@@ -207,6 +213,19 @@ def cmd_project(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The retrieval service: HTTP API, and the projector for the store it holds."""
+    from evomem.service.server import serve
+
+    overrides: dict[str, Any] = {}
+    if args.host:
+        overrides["http_host"] = args.host
+    if args.port is not None:
+        overrides["http_port"] = args.port
+    serve(Settings(**overrides))
+    return 0
+
+
 def cmd_dlq(args: argparse.Namespace) -> int:
     with _open() as mem:
         if args.action == "list":
@@ -319,6 +338,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("project", help="hold the Qdrant store and keep it in step (the retrieval side)")
     sp.set_defaults(func=cmd_project)
+
+    sp = sub.add_parser("serve", help="run the retrieval service (HTTP) on the embedded store")
+    sp.add_argument("--host")
+    sp.add_argument("--port", type=int)
+    sp.set_defaults(func=cmd_serve)
 
     sp = sub.add_parser("dlq", help="dead letters: list, show, replay")
     sp.add_argument("action", choices=["list", "show", "replay"])

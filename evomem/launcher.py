@@ -68,8 +68,9 @@ def up(settings: Settings, workers: int, serve: bool = True) -> list[str]:
         pid = _spawn(name, [*exe, "worker"], run, logs)
         lines.append(f"{name:<9} pid {pid}, log {logs / (name + '.log')}")
     if serve and "retrieval" not in running:
-        pid = _spawn("retrieval", [*exe, "project"], run, logs)
-        lines.append(f"retrieval pid {pid}, log {logs / 'retrieval.log'}")
+        pid = _spawn("retrieval", [*exe, "serve"], run, logs)
+        lines.append(f"retrieval pid {pid}, log {logs / 'retrieval.log'}, "
+                     f"http://{settings.http_host}:{settings.http_port}")
     return lines
 
 

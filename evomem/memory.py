@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from pydantic import ValidationError
@@ -17,7 +18,7 @@ from evomem import keys
 from evomem.consolidation import ConsolidationReport, Consolidator
 from evomem.controllers import make_controller
 from evomem.embedding import make_embedder
-from evomem.errors import ConfigError, InvalidEventError, NotFoundError
+from evomem.errors import ConfigError, InvalidEventError, NotFoundError, StoreLockedError
 from evomem.index.edge import EdgeIndex
 from evomem.ports import EditRecord, VectorIndex
 from evomem.projector import Projector
@@ -25,10 +26,14 @@ from evomem.redis_server import EmbeddedRedis, connect
 from evomem.retriever import Retrieval, Retriever
 from evomem.settings import Settings
 from evomem.stores.redis_graph import RedisGraphStore
-from evomem.stream import EventStream, reason_of
+from evomem.stream import EventStream, _id_key, reason_of
 from schemas import InsightNode, TaskEvent
 
+if TYPE_CHECKING:
+    from evomem.remote import RemoteMemory
+
 BATCH = 256
+FOLLOW_WAIT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +79,22 @@ class Memory:
             self.projector.run_once()  # catch up with whatever changed while no projector ran
 
     @classmethod
-    def open(cls, settings: Settings | None = None, *, index: bool = True) -> Memory:
-        """Open with ``settings``, or with the ``EVOMEM_*`` environment as it is now.
+    def open(cls, settings: Settings | None = None, *, index: bool = True) -> Memory | RemoteMemory:
+        """Open with ``settings``, or with the ``EVOMEM_*`` environment as it is now. With
+        ``EVOMEM_URL`` set, the memory is a client of that retrieval service (same methods).
 
         ``index=False`` opens the system of record alone (report, consolidate, inspect, stats): for
         processes beside the one that holds the embedded Qdrant store."""
+        settings = settings or Settings()
+        if settings.url is not None:
+            from evomem.remote import RemoteMemory
+
+            return RemoteMemory.open(settings)
+        return cls.open_local(settings, index=index)
+
+    @classmethod
+    def open_local(cls, settings: Settings | None = None, *, index: bool = True) -> Memory:
+        """``open`` without the remote mode: this process talks to the stores itself."""
         settings = settings or Settings()
         embedded = None
         if settings.redis_url is None:
@@ -89,6 +105,15 @@ class Memory:
         client = connect(url)
         try:
             vector_index = open_index(settings) if index else None
+        except StoreLockedError as exc:
+            client.close()
+            from evomem.service.server import service_url
+
+            held_by = service_url(settings.data_dir)
+            if held_by:
+                raise StoreLockedError(f"the embedded Qdrant store is held by the retrieval service at {held_by}; "
+                                       f"set EVOMEM_URL={held_by} to use it") from None
+            raise exc from None
         except Exception:
             client.close()
             if embedded is not None and embedded.started_here:
@@ -127,26 +152,10 @@ class Memory:
         Takes the ``Retrieval`` the task used plus the outcome fields of the task event, or a whole
         ``TaskEvent``. Raises ``InvalidEventError`` naming the field when the event is malformed.
         """
-        event = retrieval if isinstance(retrieval, TaskEvent) else self._event(retrieval, status, namespace,
+        event = retrieval if isinstance(retrieval, TaskEvent) else build_event(retrieval, status, namespace,
                                                                                query, fields)
         self.stream.publish(event)
         return str(event.event_id)
-
-    def _event(self, retrieval: Retrieval | None, status: str | None, namespace: str | None,
-               query: str | None, fields: Mapping[str, Any]) -> TaskEvent:
-        doc: dict[str, Any] = dict(fields)
-        if retrieval is not None:
-            doc.setdefault("retrieval_id", retrieval.id)
-            doc.setdefault("retrieved_insight_ids", [i.id for i in retrieval.insights])
-            namespace = namespace or retrieval.namespace
-            query = query or retrieval.query
-        doc.update({"status": status, "namespace": namespace or "default", "query": query})
-        doc = {k: v for k, v in doc.items() if v is not None}
-        try:
-            return TaskEvent.model_validate(doc)
-        except ValidationError as exc:
-            reason, fld = reason_of(exc)
-            raise InvalidEventError(fld or "event", reason.split(": ", 1)[-1]) from None
 
     def consolidate(self, max_events: int | None = None) -> ConsolidationReport:
         """Apply pending events now, in this process, then bring the index up to date."""
@@ -162,8 +171,19 @@ class Memory:
         return total
 
     def _project(self) -> None:
-        if self.projector is not None and self._follower is None:
+        if self.projector is None:
+            return
+        if self._follower is None:
             self.projector.run_once()
+            return
+        # the follower projects; wait (briefly) until it has reached the end of the feed as it is now
+        newest = self.redis.xrevrange(keys.CHANGES_STREAM, count=1)
+        if not newest:
+            return
+        target = _id_key(newest[0][0].decode())
+        deadline = time.monotonic() + FOLLOW_WAIT_S
+        while _id_key(self.projector.cursor) < target and time.monotonic() < deadline:
+            time.sleep(0.002)
 
     def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:
         """An insight with its evidence, state, version and revision lineage."""
@@ -227,6 +247,25 @@ class Memory:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def build_event(retrieval: Retrieval | None, status: str | None, namespace: str | None, query: str | None,
+                fields: Mapping[str, Any]) -> TaskEvent:
+    """The task event for ``report``: the retrieval's namespace, query and served ids, plus the
+    outcome fields; ``InvalidEventError`` names the first field that is wrong."""
+    doc: dict[str, Any] = dict(fields)
+    if retrieval is not None:
+        doc.setdefault("retrieval_id", retrieval.id)
+        doc.setdefault("retrieved_insight_ids", [i.id for i in retrieval.insights])
+        namespace = namespace or retrieval.namespace
+        query = query or retrieval.query
+    doc.update({"status": status, "namespace": namespace or "default", "query": query})
+    doc = {k: v for k, v in doc.items() if v is not None}
+    try:
+        return TaskEvent.model_validate(doc)
+    except ValidationError as exc:
+        reason, fld = reason_of(exc)
+        raise InvalidEventError(fld or "event", reason.split(": ", 1)[-1]) from None
 
 
 def open_index(settings: Settings) -> VectorIndex:

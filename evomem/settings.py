@@ -57,6 +57,14 @@ class Settings(BaseSettings):
     retrieval_ttl_s: int = Field(86_400, ge=60, description="how long a retrieval can be reported on")
     consumer_name: str | None = None
 
+    url: str | None = Field(None, description="a retrieval service: Memory.open() becomes its client")
+    token: SecretStr | None = Field(None, description="bearer token for EVOMEM_URL")
+    tokens: SecretStr | None = Field(
+        None, description="the service's tokens: 'TOKEN=ns1,ns2;TOKEN2=*' (unset: no auth, loopback only)"
+    )
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(8765, ge=0, le=65535)
+
     batch_size: int = Field(256, ge=1, le=10_000, description="events a worker reads per batch")
     batch_wait_ms: int = Field(200, ge=0, description="how long a worker waits for a batch to fill")
     claim_idle_ms: int = Field(120_000, ge=100, description="an unacked event idle this long is reclaimed")

@@ -1,0 +1,138 @@
+"""What the HTTP service does, apart from HTTP: authorise, retrieve (failing open), accept events,
+show insights. The process holds the embedded Qdrant store and keeps it in step (the projector)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict
+from typing import Any
+
+import redis
+import structlog
+
+from evomem import keys
+from evomem.errors import NotFoundError, TransientError
+from evomem.memory import Memory
+from evomem.service.api import (
+    EventAccepted,
+    InsightResponse,
+    LineageEntry,
+    LineageResponse,
+    RetrieveRequest,
+    RetrieveResponse,
+    ServedInsight,
+    Staleness,
+)
+from evomem.service.auth import Principal, TokenAuth
+from evomem.service.metrics import Metrics
+from schemas import TaskEvent
+
+log = structlog.get_logger("evomem.service")
+
+STALENESS_CACHE_S = 0.1
+
+
+class RetrievalService:
+    def __init__(self, memory: Memory, auth: TokenAuth, metrics: Metrics | None = None) -> None:
+        self.memory = memory
+        self.auth = auth
+        self.metrics = metrics or Metrics()
+        self._stale = (0.0, 0.0)  # (computed at, value)
+        self._stale_lock = threading.Lock()
+        self.metrics.gauges["evomem_projector_lag_seconds"] = self.staleness
+        self.metrics.gauges["evomem_projector_lag_changes"] = lambda: float(self._lag_changes())
+
+    # -- retrieval, failing open -----------------------------------------------------------------
+    def retrieve(self, principal: Principal, body: RetrieveRequest) -> RetrieveResponse:
+        principal.check(body.namespace)
+        degraded = None
+        retriever = self.memory.retriever
+        try:
+            r = retriever.retrieve(body.query, body.namespace, top_k=body.top_k, budget=body.budget)
+        except TransientError:
+            # Redis is unreachable: serve from Qdrant alone, without the query-graph expansion and
+            # without a retrieval record, and say so rather than fail the agent.
+            r = retriever.retrieve(body.query, body.namespace, top_k=body.top_k, budget=body.budget, hops=0,
+                                   record=False)
+            degraded = "redis unreachable: no query-graph expansion, and this retrieval id cannot be reported on"
+        self.metrics.served_insights(len(r.insights), degraded is not None)
+        return RetrieveResponse(
+            retrieval_id=r.id, namespace=r.namespace,
+            insights=[ServedInsight(id=i.id, text=i.text, score=i.score, support=i.support, conflict=i.conflict)
+                      for i in r.insights],
+            similar_queries=list(r.similar), stale=Staleness(projector_lag_s=self.staleness()), degraded=degraded,
+        )
+
+    # -- events ------------------------------------------------------------------------------------
+    def publish(self, principal: Principal, event: TaskEvent) -> EventAccepted:
+        principal.check(event.namespace)
+        entry_id = self.memory.stream.publish(event)
+        return EventAccepted(event_id=str(event.event_id), entry_id=entry_id)
+
+    # -- insights ------------------------------------------------------------------------------------
+    def insight(self, principal: Principal, insight_id: str) -> InsightResponse:
+        view = self._visible(principal, insight_id)
+        return InsightResponse(insight=view.node, lineage=list(view.lineage),
+                               history=[asdict(h) for h in view.history])  # type: ignore[misc]
+
+    def lineage(self, principal: Principal, insight_id: str) -> LineageResponse:
+        view = self._visible(principal, insight_id)
+        nodes = self.memory.graph.insights(view.lineage)
+        return LineageResponse(id=insight_id, lineage=[
+            LineageEntry(id=n.id, text=n.text, state=n.state, version=n.version)
+            for n in (nodes[i] for i in view.lineage if i in nodes)
+        ])
+
+    def _visible(self, principal: Principal, insight_id: str) -> Any:
+        try:
+            view = self.memory.insight(insight_id)
+        except NotFoundError:
+            raise NotFoundError(f"no insight {insight_id!r}") from None
+        if not principal.may(view.node.namespace):  # another tenant's node does not exist for this token
+            raise NotFoundError(f"no insight {insight_id!r}")
+        return view
+
+    # -- health --------------------------------------------------------------------------------------
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        out: dict[str, Any] = {"index": "ok"}
+        healthy = True
+        try:
+            self.memory.redis.ping()
+            out["redis"] = "ok"
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            out["redis"] = "unreachable"
+            healthy = False
+        out["projector_lag_s"] = self.staleness()
+        return healthy, out
+
+    def staleness(self) -> float:
+        """Seconds since the oldest change the index has not applied yet was written (cached briefly)."""
+        now = time.time()
+        with self._stale_lock:
+            at, value = self._stale
+            if now - at < STALENESS_CACHE_S:
+                return value
+        projector = self.memory.projector
+        value = 0.0
+        if projector is not None:
+            try:
+                nxt = self.memory.redis.xrange(keys.CHANGES_STREAM, min=f"({projector.cursor}", max="+", count=1)
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                nxt = []
+            if nxt:
+                written_ms = int(nxt[0][0].decode().split("-")[0])
+                value = max(0.0, now - written_ms / 1000)
+        with self._stale_lock:
+            self._stale = (now, value)
+        return value
+
+    def _lag_changes(self) -> int:
+        projector = self.memory.projector
+        try:
+            return projector.lag() if projector is not None else 0
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return -1
+
+
+__all__ = ["RetrievalService"]

@@ -1,0 +1,73 @@
+"""Bearer tokens mapped to namespaces: a token for one namespace can neither read nor write another."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+
+from evomem.errors import ConfigError, EvomemError
+
+ALL = "*"
+
+
+class Unauthorized(EvomemError):
+    """No token, or one the service does not know (HTTP 401)."""
+
+
+class Forbidden(EvomemError):
+    """A known token asking for a namespace it does not hold (HTTP 403)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    name: str
+    namespaces: frozenset[str]
+
+    def may(self, namespace: str) -> bool:
+        return ALL in self.namespaces or namespace in self.namespaces
+
+    def check(self, namespace: str) -> None:
+        if not self.may(namespace):
+            raise Forbidden(f"this token may not use namespace {namespace!r}")
+
+    @property
+    def admin(self) -> bool:
+        return ALL in self.namespaces
+
+
+OPEN = Principal("open", frozenset({ALL}))
+
+
+class TokenAuth:
+    """Parses ``TOKEN=ns1,ns2;TOKEN2=*``. With no tokens configured the service is open (and only
+    listens on loopback, which ``evomem serve`` enforces)."""
+
+    def __init__(self, spec: str | None) -> None:
+        self.tokens: list[tuple[bytes, Principal]] = []
+        for n, part in enumerate(p for p in (spec or "").split(";") if p.strip()):
+            token, sep, names = part.strip().partition("=")
+            namespaces = frozenset(x.strip() for x in names.split(",") if x.strip())
+            if not sep or not token or not namespaces:
+                raise ConfigError(f"EVOMEM_TOKENS entry {n + 1} is not TOKEN=namespace[,namespace]")
+            self.tokens.append((token.encode(), Principal(f"token-{n + 1}", namespaces)))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.tokens)
+
+    def authenticate(self, header: str | None) -> Principal:
+        if not self.enabled:
+            return OPEN
+        if not header or not header.startswith("Bearer "):
+            raise Unauthorized("missing bearer token")
+        offered = header[len("Bearer "):].strip().encode()
+        found = None
+        for token, principal in self.tokens:  # compare with every token, in constant time each
+            if hmac.compare_digest(token, offered):
+                found = principal
+        if found is None:
+            raise Unauthorized("unknown token")
+        return found
+
+
+__all__ = ["OPEN", "Forbidden", "Principal", "TokenAuth", "Unauthorized"]
