@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import redis
-from redis.backoff import NoBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 
 from evomem.errors import ConfigError, TransientError
@@ -108,9 +108,11 @@ class EmbeddedRedis:
 
 
 def connect(url: str) -> redis.Redis:
-    """A client for any Redis URL (``redis://``, ``rediss://``, ``unix://``)."""
+    """A client for any Redis URL (``redis://``, ``rediss://``, ``unix://``). Retries are few and
+    short: a call on an agent's path should fail over (or fail open) fast, not back off for seconds."""
     try:
-        return redis.Redis.from_url(url, socket_timeout=30, health_check_interval=30)
+        return redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=2, health_check_interval=30,
+                                    retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), 2))
     except ValueError as exc:
         raise ConfigError(f"EVOMEM_REDIS_URL is not a Redis URL: {exc}") from None
 
