@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import threading
 
 import redis
+
+from evomem.redis_server import Client
 import structlog
 
 from evomem import keys
@@ -34,7 +36,7 @@ class ProjectionReport:
 
 
 class Projector:
-    def __init__(self, graph: GraphStore, index: VectorIndex, embedder: Embedder, cursor_store: redis.Redis | None,
+    def __init__(self, graph: GraphStore, index: VectorIndex, embedder: Embedder, cursor_store: Client | None,
                  link_k: int = 5):
         self.link_k = link_k
         self.graph = graph
@@ -74,7 +76,7 @@ class Projector:
         nodes = list(self.graph.queries(ids).values())
         if not nodes:
             return 0
-        vectors = self.embedder.embed([q.text for q in nodes])
+        vectors: Sequence[Vector] = self.embedder.embed([q.text for q in nodes])
         pending = self.graph.unlinked([q.id for q in nodes])
         ready = [(q, v) for q, v in zip(nodes, vectors, strict=True) if q.id not in pending]
         self.index.upsert_queries(ready)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
@@ -19,6 +20,10 @@ from redis.retry import Retry
 from evomem.errors import ConfigError, TransientError
 
 SOCKET_NAME = "redis.sock"
+
+#: redis-py's return types are unions over its sync/async and decode modes, too loose to check
+#: call by call; evomem's clients are sync and return bytes, and the adapters convert at the edge.
+Client = Any
 START_TIMEOUT_S = 10.0
 
 
@@ -46,10 +51,10 @@ class EmbeddedRedis:
     def url(self) -> str:
         return f"unix://{self.socket}"
 
-    def client(self) -> redis.Redis:
+    def client(self) -> Client:
         return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=30)
 
-    def _probe(self) -> redis.Redis:
+    def _probe(self) -> Client:
         """A client that fails at once: no retries while probing or shutting down."""
         return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=5, retry=Retry(NoBackoff(), 0))
 
@@ -107,7 +112,7 @@ class EmbeddedRedis:
             pass
 
 
-def connect(url: str) -> redis.Redis:
+def connect(url: str) -> Client:
     """A client for any Redis URL (``redis://``, ``rediss://``, ``unix://``). Retries are few and
     short: a call on an agent's path should fail over (or fail open) fast, not back off for seconds."""
     try:

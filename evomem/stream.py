@@ -15,6 +15,8 @@ from typing import Any
 
 import redis
 
+from evomem.redis_server import Client
+
 from evomem import keys
 from evomem.errors import InvalidEventError, TransientError
 from schemas import TaskEvent
@@ -49,7 +51,7 @@ def _s(v: Any) -> str:
 
 
 class EventStream:
-    def __init__(self, client: redis.Redis, maxlen: int = 1_000_000, stream: str = keys.EVENTS_STREAM,
+    def __init__(self, client: Client, maxlen: int = 1_000_000, stream: str = keys.EVENTS_STREAM,
                  group: str = keys.CONSUMER_GROUP) -> None:
         self.r = client
         self.maxlen = maxlen

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 #: Bounds that keep one event from swamping the store or a prompt (DESIGN §3: bounded trajectory).
 MAX_QUERY_CHARS = 8_000

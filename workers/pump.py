@@ -14,7 +14,7 @@ import redis
 import structlog
 from celery import bootsteps
 
-from evomem.redis_server import connect
+from evomem.redis_server import Client, connect
 from evomem.stream import EventStream
 from evomem.worker import redis_url
 from workers.app import QUEUE, settings_of
@@ -28,7 +28,7 @@ class Pump(bootsteps.StartStopStep):
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
         self.tref: Any = None
-        self.client: redis.Redis | None = None
+        self.client: Client | None = None
         self.stream: EventStream | None = None
 
     def start(self, worker: Any) -> None:

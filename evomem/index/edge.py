@@ -67,8 +67,8 @@ class EdgeIndex:
         self.fresh = True
         # payload indexes before the first write, so every segment is built with them
         for field, tenant in keywords:
-            params = qe.KeywordIndexParams(is_tenant=True) if tenant else qe.PayloadSchemaType.Keyword
-            shard.update(qe.UpdateOperation.create_field_index(field, params))
+            schema = qe.KeywordIndexParams(is_tenant=True) if tenant else qe.PayloadSchemaType.Keyword
+            shard.update(qe.UpdateOperation.create_field_index(field, schema))
         shard.update(qe.UpdateOperation.create_field_index("version", qe.PayloadSchemaType.Integer))
         return shard
 

@@ -94,7 +94,7 @@ def openapi() -> dict[str, Any]:
     errors = {str(code): {"description": text, **body("ErrorBody")} for code, text in
               ((401, "no or unknown token"), (403, "the token may not use this namespace"),
                (422, "invalid body; `field` names what is wrong"), (503, "a store is briefly unreachable"))}
-    secured = [{"bearer": []}]
+    secured: list[dict[str, list[str]]] = [{"bearer": []}]
     return {
         "openapi": "3.1.0",
         "info": {"title": "evomem retrieval service", "version": "1"},

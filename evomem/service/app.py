@@ -74,7 +74,7 @@ class RetrievalService:
     def insight(self, principal: Principal, insight_id: str) -> InsightResponse:
         view = self._visible(principal, insight_id)
         return InsightResponse(insight=view.node, lineage=list(view.lineage),
-                               history=[asdict(h) for h in view.history])  # type: ignore[misc]
+                               history=[asdict(h) for h in view.history])
 
     def lineage(self, principal: Principal, insight_id: str) -> LineageResponse:
         view = self._visible(principal, insight_id)

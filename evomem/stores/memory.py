@@ -41,7 +41,7 @@ class _Insight:
 
     def freeze(self) -> InsightNode:
         return InsightNode(
-            id=self.id, namespace=self.namespace, text=self.text, state=self.state,  # type: ignore[arg-type]
+            id=self.id, namespace=self.namespace, text=self.text, state=self.state,
             positive=frozenset(self.positive), negative=frozenset(self.negative), version=self.version,
             revised_from=self.revised_from, revised_to=self.revised_to,
             created_by_event=self.created_by_event, created_at=self.created_at, updated_at=self.updated_at,

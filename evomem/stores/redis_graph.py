@@ -15,6 +15,8 @@ from typing import Any
 
 import redis
 
+from evomem.redis_server import Client
+
 from evomem import keys
 from evomem.editing import EditPlan
 from evomem.errors import InvalidEventError, TransientError
@@ -53,7 +55,7 @@ def _s(value: Any) -> str:
 class RedisGraphStore:
     """A ``GraphStore`` on one Redis (or Valkey) server."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self.r = client
         self._apply = self.r.register_script(_lua("apply.lua"))
         self._link = self.r.register_script(_LINK)
@@ -148,7 +150,7 @@ class RedisGraphStore:
                 continue
             d = {_s(k): _s(v) for k, v in h.items()}
             out[i] = InsightNode(
-                id=i, namespace=d["namespace"], text=d["text"], state=d["state"],  # type: ignore[arg-type]
+                id=i, namespace=d["namespace"], text=d["text"], state=d["state"],
                 positive=frozenset(_s(x) for x in pos), negative=frozenset(_s(x) for x in neg),
                 version=int(d["version"]), revised_from=d.get("revised_from"), revised_to=d.get("revised_to"),
                 created_by_event=d["created_by_event"], created_at=datetime.fromisoformat(d["created_at"]),
@@ -167,7 +169,7 @@ class RedisGraphStore:
                 continue
             d = {_s(k): _s(v) for k, v in h.items()}
             out[i] = QueryNode(
-                id=i, namespace=d["namespace"], text=d["text"], status=d["status"],  # type: ignore[arg-type]
+                id=i, namespace=d["namespace"], text=d["text"], status=d["status"],
                 trajectory=json.loads(d["trajectory"]), event_id=d["event_id"],
                 created_at=datetime.fromisoformat(d["created_at"]),
             )
@@ -249,7 +251,7 @@ class RedisGraphStore:
         self.r.close()
 
 
-def _retrieval(retrieval_id: str, raw: bytes) -> RetrievalRecord:
+def _retrieval(retrieval_id: str, raw: bytes | str) -> RetrievalRecord:
     d = json.loads(raw)
     return RetrievalRecord(retrieval_id, d["namespace"], d["query"], tuple(d["similar"]), tuple(d["insight_ids"]))
 
