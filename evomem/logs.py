@@ -7,8 +7,21 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import structlog
+
+
+def get_logger(name: str) -> Any:
+    """A structlog logger that always goes through the standard library's ``logging``: silent below
+    WARNING unless the application configures logging (``configure_logging`` does, for the CLI and
+    the workers), so the library never prints on its own."""
+    return structlog.wrap_logger(
+        logging.getLogger(name),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        processors=[structlog.contextvars.merge_contextvars, structlog.stdlib.filter_by_level,
+                    structlog.stdlib.render_to_log_kwargs],
+    )
 
 
 def configure_logging(level: str = "INFO", json: bool | None = None) -> None:
@@ -18,6 +31,7 @@ def configure_logging(level: str = "INFO", json: bool | None = None) -> None:
     )
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
+        structlog.stdlib.ExtraAdder(),
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

@@ -9,23 +9,21 @@ only be opened by one process anyway.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import threading
-
 import redis
-
-from evomem.redis_server import Client
-import structlog
 
 from evomem import keys
 from evomem.embedding import Embedder
 from evomem.errors import TransientError
+from evomem.logs import get_logger
 from evomem.ports import GraphStore, Vector, VectorIndex
+from evomem.redis_server import Client
 
 BATCH = 2048
-log = structlog.get_logger("evomem.projector")
+log = get_logger("evomem.projector")
 
 
 @dataclass

@@ -15,10 +15,9 @@ from typing import Any
 
 import redis
 
-from evomem.redis_server import Client
-
 from evomem import keys
 from evomem.errors import InvalidEventError, TransientError
+from evomem.redis_server import Client
 from schemas import TaskEvent
 
 # Checks, in one round trip with the XADD, that every insight the event names exists in its
@@ -101,8 +100,9 @@ class EventStream:
                 entries = self._parse(self.r.xreadgroup(self.group, consumer, {self.stream: "0"}, count=count))
                 if entries:
                     return self._with_deliveries(entries)
+            # BLOCK 0 would wait forever: no wait at all is "no BLOCK"
             return self._parse(self.r.xreadgroup(self.group, consumer, {self.stream: ">"}, count=count,
-                                                 block=block_ms))
+                                                 block=block_ms or None))
         except redis.ConnectionError as exc:
             raise TransientError("redis unreachable while reading events") from exc
 

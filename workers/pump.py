@@ -11,15 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-import structlog
 from celery import bootsteps
 
+from evomem.logs import get_logger
 from evomem.redis_server import Client, connect
 from evomem.stream import EventStream
 from evomem.worker import redis_url
 from workers.app import QUEUE, settings_of
 
-log = structlog.get_logger("evomem.pump")
+log = get_logger("evomem.pump")
 
 
 class Pump(bootsteps.StartStopStep):

@@ -9,10 +9,10 @@ from dataclasses import asdict
 from typing import Any
 
 import redis
-import structlog
 
 from evomem import keys
 from evomem.errors import NotFoundError, TransientError
+from evomem.logs import get_logger
 from evomem.memory import Memory
 from evomem.service.api import (
     EventAccepted,
@@ -28,7 +28,7 @@ from evomem.service.auth import Principal, TokenAuth
 from evomem.service.metrics import Metrics
 from schemas import TaskEvent
 
-log = structlog.get_logger("evomem.service")
+log = get_logger("evomem.service")
 
 STALENESS_CACHE_S = 0.1
 

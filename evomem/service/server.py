@@ -13,10 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import structlog
 from pydantic import BaseModel, ValidationError
 
 from evomem.errors import ConfigError, EvomemError, InvalidEventError, NotFoundError, TransientError
+from evomem.logs import get_logger
 from evomem.memory import Memory
 from evomem.service.api import RetrieveRequest, openapi
 from evomem.service.app import RetrievalService
@@ -25,7 +25,7 @@ from evomem.settings import Settings
 from evomem.stream import reason_of
 from schemas import TaskEvent
 
-log = structlog.get_logger("evomem.service")
+log = get_logger("evomem.service")
 
 MAX_BODY = 1 << 20
 _INSIGHT = re.compile(r"^/v1/insights/([A-Za-z0-9_.:-]{1,128})(/lineage)?$")
