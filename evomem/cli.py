@@ -253,6 +253,35 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from evomem.transfer import export, write_jsonl
+
+    with _open() as mem:
+        namespaces = args.namespace or sorted(mem.graph.namespaces())
+        records = export(mem.graph, namespaces)
+        if args.output in (None, "-"):
+            n = write_jsonl(records, sys.stdout)
+        else:
+            with open(args.output, "w") as out:
+                n = write_jsonl(records, out)
+    sys.stderr.write(f"exported {n - 1} node(s) of {len(namespaces)} namespace(s)\n")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from evomem.transfer import import_jsonl
+
+    with _open() as mem:
+        if args.file == "-":
+            counts = import_jsonl(mem.redis, sys.stdin)
+        else:
+            with open(args.file) as f:
+                counts = import_jsonl(mem.redis, f)
+    print(f"imported {counts['queries']} queries and {counts['insights']} insights; "
+          f"{counts['skipped']} already present")
+    return 0
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from evomem.launcher import up
 
@@ -351,6 +380,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--count", type=int, default=50)
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_dlq)
+
+    sp = sub.add_parser("export", help="write a memory's nodes as JSON lines")
+    sp.add_argument("-n", "--namespace", action="append", help="only these namespaces (repeatable)")
+    sp.add_argument("-o", "--output", help="a file; default standard output")
+    sp.set_defaults(func=cmd_export)
+
+    sp = sub.add_parser("import", help="load an export (idempotent)")
+    sp.add_argument("file", help="an export file; - reads standard input")
+    sp.set_defaults(func=cmd_import)
 
     sp = sub.add_parser("up", help="start Redis, workers and the retrieval side in the background")
     sp.add_argument("-w", "--workers", type=int, default=2)
