@@ -94,6 +94,10 @@ class GraphStore(Protocol):
 
     def neighbours(self, query_ids: Collection[str]) -> dict[str, set[str]]: ...
 
+    def states(self, ids: Collection[str]) -> dict[str, str]:
+        """The state (active | archived) of each insight id that exists."""
+        ...
+
     def namespace_of(self, ids: Collection[str]) -> dict[str, str]:
         """The namespace of each insight id that exists (missing ids are left out)."""
         ...

@@ -266,6 +266,10 @@ class InMemoryGraphStore:
         with self._lock:
             return {q: set(self._neighbours.get(q, ())) for q in query_ids}
 
+    def states(self, ids: Collection[str]) -> dict[str, str]:
+        with self._lock:
+            return {i: self._insights[i].state for i in ids if i in self._insights}
+
     def namespace_of(self, ids: Collection[str]) -> dict[str, str]:
         with self._lock:
             return {i: self._insights[i].namespace for i in ids if i in self._insights}

@@ -15,12 +15,11 @@ from typing import Any
 
 import redis
 
-from evomem.redis_server import Client
-
 from evomem import keys
 from evomem.editing import EditPlan
 from evomem.errors import InvalidEventError, TransientError
 from evomem.ports import ApplyResult, Change, EditOutcome, EditRecord, RetrievalRecord
+from evomem.redis_server import Client
 from schemas import ControllerDecision, InsightNode, QueryNode
 
 CHANGES_MAXLEN = 2_000_000
@@ -185,6 +184,14 @@ class RedisGraphStore:
         except redis.ConnectionError as exc:
             raise TransientError("redis unreachable while expanding neighbours") from exc
         return {q: {_s(x) for x in members} for q, members in zip(ids, raw, strict=True)}
+
+    def states(self, ids: Collection[str]) -> dict[str, str]:
+        """active | archived per insight id, without reading evidence (cheap for stats)."""
+        ids = list(ids)
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.hget(keys.insight(i), "state")
+        return {i: _s(st) for i, st in zip(ids, pipe.execute(), strict=True) if st is not None}
 
     def namespace_of(self, ids: Collection[str]) -> dict[str, str]:
         ids = list(ids)
