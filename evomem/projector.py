@@ -61,10 +61,13 @@ class Projector:
             batch = self.graph.changes(self.cursor, BATCH)
             if not batch:
                 break
-            insight_ids = list(dict.fromkeys(c.id for c in batch if c.kind == "insight"))
+            latest: dict[str, int] = {}
+            for c in batch:
+                if c.kind == "insight":
+                    latest[c.id] = max(latest.get(c.id, 0), c.version)
             query_ids = list(dict.fromkeys(c.id for c in batch if c.kind == "query"))
             report.queries += self._project_queries(query_ids)
-            report.insights += self._project_insights(insight_ids)
+            report.insights += self._project_insights(latest)
             report.changes += len(batch)
             self.cursor = batch[-1].cursor
             self._save_cursor()
@@ -86,11 +89,15 @@ class Projector:
                 self.index.upsert_queries([(q, v)])
         return len(nodes)
 
-    def _project_insights(self, ids: list[str]) -> int:
-        nodes = self.graph.insights(ids)
+    def _project_insights(self, latest: dict[str, int]) -> int:
+        """``latest``: the newest version of each insight the batch of changes announces. Nodes the
+        index already holds at that version are not read back from Redis at all (a replayed feed,
+        or a node changed again since and projected from a later batch)."""
+        stored = self.index.insight_versions(list(latest))
+        wanted = [i for i, v in latest.items() if stored.get(i, 0) < v]
+        nodes = self.graph.insights(wanted) if wanted else {}
         if not nodes:
             return 0
-        stored = self.index.insight_versions(list(nodes))
         newer = [n for n in nodes.values() if stored.get(n.id, 0) < n.version]
         unseen = [n for n in newer if n.id not in stored]
         embedded: Sequence[Vector] = self.embedder.embed([n.text for n in unseen])
