@@ -167,8 +167,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from evomem.llm.usage import summary as llm_usage
+
     with _open() as mem:
         stats = mem.stats()
+        stats["llm"] = llm_usage(mem.redis, mem.settings)
     if args.json:
         _out(stats)
         return 0
@@ -177,6 +180,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"stream         lag {s['lag']} unread, {s['consumers']} consumer(s)")
     for name, lag in stats.get("projectors", {}).items():
         print(f"projector lag  {lag} change(s)  [{name}]")
+    llm = stats.get("llm") or {}
+    if llm.get("calls"):
+        cost = llm.get("estimated_cost_usd")
+        print(f"llm            {llm['calls']} calls, {llm['prompt_tokens']} prompt + {llm['completion_tokens']} "
+              f"completion tokens, {llm.get('prompt_tokens_per_event')} prompt tokens/event"
+              + (f", ≈ ${cost:.4f} (estimate)" if cost is not None else ""))
+        for model, m in (llm.get("models") or {}).items():
+            print(f"  {model:<24} {m['prompt_tokens']} + {m['completion_tokens']} tokens")
     for ns, d in stats["namespaces"].items():
         print(f"namespace {ns:<16} {d['queries']} queries, {d['insights']} insights "
               f"({d['active']} active, {d['archived']} archived)")

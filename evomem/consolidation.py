@@ -13,19 +13,18 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import structlog
-
 from evomem import controllers
-from evomem.controllers import Controller, DecisionInput
+from evomem.controllers import Controller, DecisionFailure, DecisionInput
 from evomem.editing import EditPlan, plan_edits
 from evomem.errors import InvalidEventError, TransientError
+from evomem.logs import get_logger
 from evomem.ports import ApplyResult, GraphStore
 from evomem.settings import Settings
 from evomem.stream import Entry, EventStream, reason_of
 from schemas import ControllerDecision, TaskEvent
 from schemas.models import utcnow
 
-log = structlog.get_logger("evomem.consolidation")
+log = get_logger("evomem.consolidation")
 
 
 
@@ -99,7 +98,7 @@ class Consolidator:
         report = ConsolidationReport(events=len(entries))
         work = self._prepare([e for e in entries if self._deliverable(e, report)], report)
         work = self._validate_ids(work, report)
-        self._decide(work)
+        work = self._decide(work, report)
         plans = [
             plan_edits(
                 w.event, w.decision, retrieved=w.retrieved, similar=w.similar,
@@ -183,9 +182,11 @@ class Consolidator:
             self._dead_letter(w.entry, str(err), fld, report)
         return kept
 
-    def _decide(self, work: list[_Work]) -> None:
+    def _decide(self, work: list[_Work], report: ConsolidationReport) -> list[_Work]:
         """Stored decisions first (a redelivered event costs no second controller call); the rest
-        are decided in one controller call and stored before anything is applied."""
+        are decided in one controller call and stored before anything is applied. Returns the work
+        that has a decision; an event the controller failed on stays pending (the judge was
+        unavailable) or goes to the dead letters (its answers were unusable), untouched."""
         stored = self.graph.load_decisions([str(w.event.event_id) for w in work])
         undecided = []
         for w in work:
@@ -193,7 +194,7 @@ class Consolidator:
             if w.decision is None:
                 undecided.append(w)
         if not undecided:
-            return
+            return work
         nodes = self.graph.insights({i for w in undecided for i in w.retrieved})
         inputs = [
             DecisionInput(w.event, tuple(nodes[i] for i in w.retrieved if i in nodes),
@@ -201,9 +202,16 @@ class Consolidator:
             for w in undecided
         ]
         decided = controllers.decide(inputs, self.controller)
-        kept = self.graph.save_decisions({str(w.event.event_id): d for w, d in zip(undecided, decided, strict=True)})
+        new: dict[str, ControllerDecision] = {}
+        for w, d in zip(undecided, decided, strict=True):
+            if isinstance(d, DecisionFailure):
+                self._undecided(w.entry, d, report)
+            else:
+                new[str(w.event.event_id)] = d
+        kept = self.graph.save_decisions(new) if new else {}
         for w in undecided:
-            w.decision = kept[str(w.event.event_id)]
+            w.decision = kept.get(str(w.event.event_id))
+        return [w for w in work if w.decision is not None]
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def _failed(self, entry: Entry, exc: Exception, report: ConsolidationReport) -> None:
@@ -213,6 +221,15 @@ class Consolidator:
         else:
             report.deferred += 1
             log.warning("event.apply_failed", entry_id=entry.id, deliveries=entry.deliveries, error=str(exc))
+
+    def _undecided(self, entry: Entry, failure: DecisionFailure, report: ConsolidationReport) -> None:
+        if failure.transient and entry.deliveries < self.max_deliveries:
+            report.deferred += 1
+            log.warning("event.decision_deferred", entry_id=entry.id, deliveries=entry.deliveries,
+                        reason=failure.reason)
+            return
+        after = f" after {entry.deliveries} deliveries" if failure.transient else ""
+        self._dead_letter(entry, f"controller{after}: {failure.reason}", None, report)
 
     def _dead_letter(self, entry: Entry, reason: str, fld: str | None, report: ConsolidationReport) -> None:
         self.stream.dead_letter(entry, reason, fld)

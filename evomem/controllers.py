@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from evomem.editing import text_key
+from evomem.errors import ConfigError
 from schemas import AddDecision, ControllerDecision, InsightEdit, InsightNode, PartialVerdict, TaskEvent
+
+if TYPE_CHECKING:
+    import redis
+
+    from evomem.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,13 +30,26 @@ class DecisionInput:
     allowed_operations: frozenset[str]
 
 
+@dataclass(frozen=True, slots=True)
+class DecisionFailure:
+    """Why no decision could be made for one event. ``transient``: the judge was unavailable (the
+    event stays pending and is tried again); otherwise its answers were unusable (dead letters)."""
+
+    reason: str
+    transient: bool
+
+
+Decision = ControllerDecision | DecisionFailure
+
+
 class Controller(Protocol):
     name: str
     judges_additions: bool
     """True if the controller decides ADD itself (an LLM may distil an insight nobody proposed)."""
 
-    def decide(self, inputs: Sequence[DecisionInput]) -> list[ControllerDecision]:
-        """One decision per input, in order. May batch several events in one call."""
+    def decide(self, inputs: Sequence[DecisionInput]) -> Sequence[Decision]:
+        """One decision (or failure) per input, in order. May batch several events in one call;
+        one event's failure must not cost the others their decision."""
         ...
 
 
@@ -69,8 +88,9 @@ def explicit_edits(event: TaskEvent) -> list[InsightEdit]:
     return edits
 
 
-def decide(inputs: Sequence[DecisionInput], controller: Controller) -> list[ControllerDecision]:
-    """Explicit verdicts first; the controller is asked only about what they leave open."""
+def decide(inputs: Sequence[DecisionInput], controller: Controller) -> list[Decision]:
+    """Explicit verdicts first; the controller is asked only about what they leave open. An event
+    the controller failed on gets its failure, not its explicit verdicts alone: never a part."""
     explicit = [explicit_edits(i.event) for i in inputs]
     open_inputs: list[tuple[int, DecisionInput]] = []
     for n, inp in enumerate(inputs):
@@ -81,22 +101,48 @@ def decide(inputs: Sequence[DecisionInput], controller: Controller) -> list[Cont
             open_inputs.append((n, DecisionInput(inp.event, rest, inp.allowed_operations)))
     answers = controller.decide([i for _, i in open_inputs]) if open_inputs else []
     by_index = {n: a for (n, _), a in zip(open_inputs, answers, strict=True)}
-    out = []
+    out: list[Decision] = []
     for n, inp in enumerate(inputs):
         answer = by_index.get(n, ControllerDecision())
+        if isinstance(answer, DecisionFailure):
+            out.append(answer)
+            continue
         named = set(inp.event.insight_feedback)
         edits = explicit[n] + [e for e in answer.insight_edits if e.insight_id not in named]
         out.append(ControllerDecision(insight_edits=edits, add_new_insight=answer.add_new_insight))
     return out
 
 
-def make_controller(kind: str) -> Controller:
-    """The controller the settings ask for; ``auto`` is the rule controller until an LLM one exists."""
-    if kind == "llm":
-        from evomem.errors import ConfigError
-
-        raise ConfigError("EVOMEM_CONTROLLER=llm is not available yet; use rules or auto")
-    return RuleController()
+def llm_configured(settings: Settings) -> bool:
+    """Whether an LLM endpoint is configured: a base URL or an API key."""
+    return settings.llm_base_url is not None or settings.llm_api_key is not None
 
 
-__all__ = ["Controller", "DecisionInput", "RuleController", "decide", "explicit_edits", "make_controller"]
+def make_controller(settings: Settings | str, client: redis.Redis | None = None) -> Controller:
+    """The controller the settings ask for: ``rules``; ``llm``; ``auto``, the LLM when an endpoint
+    or key is configured and the rules otherwise. The LLM controller keeps its shared rate limit
+    and token accounting in ``client``'s Redis."""
+    kind = settings if isinstance(settings, str) else settings.controller
+    if kind == "rules" or (kind == "auto" and (isinstance(settings, str) or not llm_configured(settings))):
+        return RuleController()
+    if isinstance(settings, str) or client is None:
+        raise ConfigError("the LLM controller needs the settings and a Redis client: "
+                          "make_controller(settings, redis)")
+    if not llm_configured(settings):
+        raise ConfigError("EVOMEM_CONTROLLER=llm needs EVOMEM_LLM_BASE_URL or EVOMEM_LLM_API_KEY")
+    from evomem.llm.controller import LLMController  # openai is imported only when an LLM judges
+
+    return LLMController.from_settings(settings, client)
+
+
+__all__ = [
+    "Controller",
+    "Decision",
+    "DecisionFailure",
+    "DecisionInput",
+    "RuleController",
+    "decide",
+    "explicit_edits",
+    "llm_configured",
+    "make_controller",
+]

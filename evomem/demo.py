@@ -296,24 +296,36 @@ def print_story(s: dict[str, Any]) -> None:
               f"with {twin['positive']} positive evidence")
 
 
+#: The model name the demo's LLM judge answers as: it has no price, so no cost is made up for it.
+DEMO_LLM_MODEL = "evomem-demo-judge"
+
+
 @contextmanager
-def memories(root: Path, policy: ArchivePolicy) -> Iterator[tuple[Memory, Memory]]:
-    """The maintained memory (every operation) and the append-only one, each with its own stores."""
+def memories(root: Path, policy: ArchivePolicy,
+             llm_url: str | None = None) -> Iterator[tuple[Memory, Memory]]:
+    """The maintained memory (every operation) and the append-only one, each with its own stores.
+    With ``llm_url`` the maintained memory's controller is the LLM one, against that endpoint."""
     modes: tuple[OperationsMode, OperationsMode] = ("all", "add+keep")
     with ExitStack() as stack:
         opened = []
         for sub, mode in zip(ARM_DIRS, modes, strict=True):
+            llm: dict[str, Any] = {"controller": "rules"}
+            if llm_url is not None and mode == "all":
+                llm = {"controller": "llm", "llm_base_url": llm_url, "llm_api_key": "local",
+                       "llm_model": DEMO_LLM_MODEL, "llm_tokenizer": "estimate"}
             settings = Settings(data_dir=root / sub, redis_url=None, qdrant_url=None, operations=mode,
-                                archive_policy=policy, controller="rules", embedder="hashing")
-            opened.append(stack.enter_context(Memory.open(settings)))
+                                archive_policy=policy, embedder="hashing", **llm)
+            opened.append(stack.enter_context(Memory.open_local(settings)))
         yield opened[0], opened[1]
 
 
-def simulate(args: argparse.Namespace, root: Path, say: Callable[[str], None]) -> dict[str, Any]:
+def simulate(args: argparse.Namespace, root: Path, say: Callable[[str], None],
+             llm_url: str | None = None) -> dict[str, Any]:
     tasks = make_tasks(args.tasks, args.seed)
     phases = max(1, min(args.phases, len(tasks)))
     bounds = [round(len(tasks) * k / phases) for k in range(phases + 1)]
-    with memories(root, args.archive_policy) as (maintained, baseline):
+    llm: dict[str, Any] | None = None
+    with memories(root, args.archive_policy, llm_url) as (maintained, baseline):
         arms = [Arm("maintained", maintained), Arm("append-only", baseline), Arm("no memory", None)]
         say(f"{len(tasks)} tasks from 3 families, {args.agents} agents, seed {args.seed}; "
             f"consolidation every {args.batch} tasks; memories under {root}")
@@ -342,8 +354,15 @@ def simulate(args: argparse.Namespace, root: Path, say: Callable[[str], None]) -
                 "served_helpful": a.helped / len(tasks), "served_harmful": a.harmed / len(tasks),
                 "insights_active": sum(n.active for n in nodes), "insights_total": len(nodes),
                 "operations": dict(a.operations), "outcomes": dict(a.outcome_counts)}
-    return {"seed": args.seed, "tasks": len(tasks), "agents": args.agents, "batch": args.batch,
-            "archive_policy": args.archive_policy, "arms": summary_arms, "stories": told}
+        if llm_url is not None:
+            from evomem.llm.usage import summary as llm_usage
+
+            llm = llm_usage(maintained.redis, maintained.settings)
+    out = {"seed": args.seed, "tasks": len(tasks), "agents": args.agents, "batch": args.batch,
+           "archive_policy": args.archive_policy, "arms": summary_arms, "stories": told}
+    if llm is not None:
+        out["llm"] = llm
+    return out
 
 
 def print_table(summary: dict[str, Any]) -> None:
@@ -357,6 +376,11 @@ def print_table(summary: dict[str, Any]) -> None:
         ops = summary["arms"][name]["operations"]
         print(f"{name} operations: "
               + ", ".join(f"{op} {ops.get(op, 0)}" for op in ("ADD", "KEEP", "ARCHIVE", "REVISE")))
+    llm = summary.get("llm")
+    if llm is not None:
+        print(f"maintained memory judged by the LLM controller (local test server): {llm['calls']} calls for "
+              f"{llm['events_judged']} events, {llm['prompt_tokens_per_event']} prompt and "
+              f"{llm['completion_tokens_per_event']} completion tokens per event")
     print(f"wall time {summary['wall_s']:.1f} s")
 
 
@@ -370,6 +394,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="of the maintained memory (default evidence)")
     parser.add_argument("--data-dir", type=Path, help="keep the two memories here (default: a temporary dir)")
     parser.add_argument("--json", action="store_true", help="print a machine-readable summary only")
+    parser.add_argument("--llm", action="store_true",
+                        help="judge the maintained memory with the LLM controller, on a local test server")
+    parser.add_argument("--llm-latency-ms", type=float, default=50.0,
+                        help="the local server's delay per request with --llm (default 50)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines or stories, just the table")
 
 
@@ -387,7 +415,13 @@ def run(args: argparse.Namespace) -> int:
             if any((root / sub).is_dir() and any((root / sub).iterdir()) for sub in ARM_DIRS):
                 sys.stderr.write(f"evomem demo: {root} already holds a demo run; pick an empty --data-dir\n")
                 return 2
-        summary = simulate(args, root, say)
+        llm_url = None
+        if args.llm:
+            from evomem.llm.testserver import LLMTestServer
+
+            llm_url = stack.enter_context(LLMTestServer(latency_s=args.llm_latency_ms / 1000)).url
+            say(f"LLM controller: a local OpenAI-compatible test server at {llm_url}")
+        summary = simulate(args, root, say, llm_url)
     summary["wall_s"] = time.perf_counter() - started
     if args.json:
         print(json.dumps(summary, indent=2))

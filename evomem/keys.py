@@ -77,3 +77,17 @@ def retrieval(retrieval_id: str) -> str:
 
 def projector_cursor(index_identity: str) -> str:
     return f"{PREFIX}:projector:{index_identity}"
+
+
+def llm_limit(scope: str, kind: str) -> str:
+    """The shared LLM rate limit of one endpoint and model: ``requests`` and ``tokens`` buckets
+    (hashes of level and time) and ``blocked`` (until when a Retry-After holds every worker back)."""
+    return f"{PREFIX}:llm:limit:{scope}:{kind}"
+
+
+LLM_USAGE = f"{PREFIX}:llm:usage"           # hash of token counters per model, operation and failure kind
+
+
+def llm_event_usage(event_id: str) -> str:
+    """Tokens spent on one event (its share of each LLM call it was in); expires."""
+    return f"{PREFIX}:llm:usage:event:{event_id}"

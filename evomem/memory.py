@@ -22,7 +22,7 @@ from evomem.errors import ConfigError, InvalidEventError, NotFoundError, StoreLo
 from evomem.index.edge import EdgeIndex
 from evomem.ports import EditRecord, VectorIndex
 from evomem.projector import Projector
-from evomem.redis_server import EmbeddedRedis, connect
+from evomem.redis_server import Client, EmbeddedRedis, connect
 from evomem.retriever import Retrieval, Retriever
 from evomem.settings import Settings
 from evomem.stores.redis_graph import RedisGraphStore
@@ -56,7 +56,7 @@ class Memory:
     ``EVOMEM_REDIS_URL`` / ``EVOMEM_QDRANT_URL`` to use servers instead.
     """
 
-    def __init__(self, settings: Settings, client: redis.Redis, index: VectorIndex | None,
+    def __init__(self, settings: Settings, client: Client, index: VectorIndex | None,
                  embedded: EmbeddedRedis | None = None) -> None:
         self.settings = settings
         self.redis = client
@@ -65,7 +65,7 @@ class Memory:
         self.stream = EventStream(client, settings.stream_maxlen)
         self.index = index
         self.embedder = make_embedder(settings)
-        self.controller = make_controller(settings.controller)
+        self.controller = make_controller(settings, client)
         self._retriever = Retriever(self.graph, index, self.embedder, settings) if index else None
         self.projector = (Projector(self.graph, index, self.embedder, client, link_k=settings.top_k)
                           if index else None)
@@ -165,8 +165,11 @@ class Memory:
             entries = self.stream.read(self.consumer, count)
             if not entries:
                 break
-            total.merge(self.consolidator.process(entries))
+            report = self.consolidator.process(entries)
+            total.merge(report)
             self._project()
+            if report.deferred and not (report.applied or report.replayed or report.dead_lettered):
+                break  # only events that must wait (an LLM outage): re-reading them now would burn deliveries
         self._project()  # also what other processes changed, when there was nothing to apply here
         return total
 
@@ -202,12 +205,13 @@ class Memory:
         namespaces = sorted(self.graph.namespaces())
         per_ns = {}
         for ns in namespaces:
-            nodes = self.insights(ns)
+            states = self.graph.states(self.graph.insight_ids(ns))
+            active = sum(1 for st in states.values() if st == "active")
             per_ns[ns] = {
                 "queries": len(self.graph.query_ids(ns)),
-                "insights": len(nodes),
-                "active": sum(n.active for n in nodes),
-                "archived": sum(not n.active for n in nodes),
+                "insights": len(states),
+                "active": active,
+                "archived": len(states) - active,
             }
         out: dict[str, Any] = {"stream": self.stream.info(), "namespaces": per_ns,
                                "projectors": self.projector_lags()}

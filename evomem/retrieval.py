@@ -86,22 +86,27 @@ def rank_insights(
     is a maximum. Ties go to more support, then to the id, so the order is deterministic.
     """
     expanded = expanded if isinstance(expanded, set | frozenset) else frozenset(expanded)
-    scored = []
-    for cand in candidates:
+    # (-r, -s, id, arrival) sorts exactly as the stable sort on (-r, -s, id) would; the served
+    # ScoredInsight objects are only built for the top B.
+    scored: list[tuple[float, int, str, int, int, Candidate]] = []
+    for n, cand in enumerate(candidates):
         if not cand.active:
             continue
-        s = support(cand, expanded)
+        s = _overlap(cand.positive, expanded)                   # support, Eq. 9
         if s == 0:
             continue
-        c = conflict(cand, expanded)
-        r = conflict_penalized_score(s, c, lam)
+        c = _overlap(cand.negative, expanded)                   # conflict, Eq. 9
+        r = conflict_penalized_score(s, c, lam)                 # Eq. 8
         if r > 0:
-            scored.append(ScoredInsight(cand.id, cand.text, r, s, c, cand.version))
-    scored.sort(key=lambda x: (-x.score, -x.support, x.id))
-    return scored[:budget]
+            scored.append((-r, -s, cand.id, n, c, cand))
+    scored.sort()
+    return [ScoredInsight(cand.id, cand.text, -neg_r, -neg_s, c, cand.version)
+            for neg_r, neg_s, _, _, c, cand in scored[:budget]]
 
 
 def _overlap(evidence: Collection[str], expanded: Collection[str]) -> int:
+    if isinstance(evidence, set | frozenset) and isinstance(expanded, set | frozenset):
+        return len(evidence & expanded)  # the same count, in C, walking the smaller set
     if len(evidence) <= len(expanded):
         return sum(1 for q in evidence if q in expanded)
     return sum(1 for q in expanded if q in evidence)

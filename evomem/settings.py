@@ -52,6 +52,24 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("EVOMEM_LLM_API_KEY", "OPENAI_API_KEY", "llm_api_key")
     )
+    # The LLM controller (evomem/llm). Retries are the worker's: the openai client's own stay at 0.
+    llm_timeout_s: float = Field(30.0, gt=0, description="timeout of one LLM request")
+    llm_max_tokens: int = Field(4096, ge=64, description="completion tokens one LLM call may produce")
+    llm_temperature: float = Field(0.0, ge=0.0, le=2.0)
+    llm_events_per_call: int = Field(8, ge=1, le=64, description="events judged in one LLM call")
+    llm_concurrency: int = Field(8, ge=1, le=256, description="LLM calls in flight per worker process")
+    llm_max_attempts: int = Field(3, ge=1, le=10, description="tries of an event whose LLM answer is invalid")
+    llm_transient_attempts: int = Field(4, ge=1, le=20, description="tries of a call on 429, 5xx, timeouts")
+    llm_backoff_base_s: float = Field(0.5, gt=0, description="first backoff after a transient LLM failure")
+    llm_backoff_max_s: float = Field(8.0, gt=0, description="longest exponential backoff")
+    llm_rpm: int = Field(0, ge=0, description="LLM requests per minute shared by all workers; 0: no limit")
+    llm_tpm: int = Field(0, ge=0, description="LLM tokens per minute shared by all workers; 0: no limit")
+    llm_event_tokens: int = Field(1500, ge=100, description="prompt budget of one event's own text")
+    llm_tokenizer: str = Field("auto", description="auto | estimate | a tiktoken encoding name")
+    llm_response_format: Literal["auto", "json_schema", "json_object"] = "auto"
+    llm_price_prompt_per_1k: float | None = Field(None, ge=0, description="USD per 1k prompt tokens")
+    llm_price_completion_per_1k: float | None = Field(None, ge=0, description="USD per 1k completion tokens")
+    duplicate_threshold: float = Field(0.9, gt=0, le=1, description="cosine over which an ADD is a duplicate")
 
     stream_maxlen: int = Field(1_000_000, ge=1, description="length past which acknowledged events are trimmed")
     retrieval_ttl_s: int = Field(86_400, ge=60, description="how long a retrieval can be reported on")

@@ -12,16 +12,16 @@ import socket
 import time
 
 import redis
-import structlog
 
 from evomem.consolidation import ConsolidationReport, Consolidator
 from evomem.controllers import make_controller
-from evomem.redis_server import EmbeddedRedis, connect
+from evomem.logs import get_logger
+from evomem.redis_server import Client, EmbeddedRedis, connect
 from evomem.settings import Settings
 from evomem.stores.redis_graph import RedisGraphStore
 from evomem.stream import EventStream
 
-log = structlog.get_logger("evomem.worker")
+log = get_logger("evomem.worker")
 
 
 def redis_url(settings: Settings) -> str:
@@ -36,12 +36,12 @@ def default_consumer() -> str:
 
 
 class ConsolidationWorker:
-    def __init__(self, settings: Settings, client: redis.Redis, consumer: str | None = None) -> None:
+    def __init__(self, settings: Settings, client: Client, consumer: str | None = None) -> None:
         self.settings = settings
         self.redis = client
         self.graph = RedisGraphStore(client)
         self.stream = EventStream(client, settings.stream_maxlen)
-        self.consolidator = Consolidator(self.graph, self.stream, make_controller(settings.controller), settings,
+        self.consolidator = Consolidator(self.graph, self.stream, make_controller(settings, client), settings,
                                          max_deliveries=settings.max_deliveries)
         self.consumer = consumer or settings.consumer_name or default_consumer()
 

@@ -11,7 +11,17 @@ import pytest
 import redis
 
 from evomem import Memory, Settings
+from evomem.llm.testserver import LLMTestServer
 from evomem.redis_server import EmbeddedRedis, connect
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite runs on its own settings: an EVOMEM_* or OPENAI_* variable of the developer's shell
+    (an API key would make CONTROLLER=auto call a real endpoint) must not leak into it, nor into
+    the worker processes the tests start."""
+    for name in list(os.environ):
+        if (name.startswith("EVOMEM_") and name != "EVOMEM_TEST_REDIS_URL") or name.startswith("OPENAI_"):
+            del os.environ[name]
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +53,20 @@ def settings(tmp_path: Path, redis_url: str) -> Settings:
 def memory(settings: Settings, redis_client: redis.Redis) -> Iterator[Memory]:
     with Memory.open(settings) as mem:
         yield mem
+
+
+# -- the LLM controller's tests (tests/test_llm_*.py, helpers in llm_helpers.py) -------------------
+@pytest.fixture(scope="session")
+def llm_server_session() -> Iterator[LLMTestServer]:
+    with LLMTestServer() as server:
+        yield server
+
+
+@pytest.fixture
+def llm_server(llm_server_session: LLMTestServer) -> Iterator[LLMTestServer]:
+    """The session's server with no faults, no recorded calls, no latency, JSON schema on."""
+    llm_server_session.reset(latency_s=0.0, json_schema=True)
+    llm_server_session.state.api_key = None
+    yield llm_server_session
+    llm_server_session.reset(latency_s=0.0, json_schema=True)
+    llm_server_session.state.api_key = None

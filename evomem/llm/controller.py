@@ -1,0 +1,218 @@
+"""The LLM graph controller (paper §3.4): batched, concurrent, rate-limited, validated, retried.
+
+Events are grouped by namespace (one tenant's insights never appear in another's prompt) and cut
+into calls of ``LLM_EVENTS_PER_CALL``; up to ``LLM_CONCURRENCY`` calls run at once. Per call:
+
+* the shared rate limit is taken first (requests and estimated tokens);
+* a transient failure (429, 5xx, timeout, connection) is retried up to ``LLM_TRANSIENT_ATTEMPTS``
+  times with jittered exponential backoff, or after the endpoint's Retry-After (which also holds
+  back every other worker); past that, or past the batch's time budget, the call's events fail
+  *transiently* and stay pending, and every worker pauses ``LLM_BACKOFF_MAX_S`` before its next
+  call (a refusal such as 401 is not retried at once, and pauses them too);
+* each event's entry is validated on its own (``answers``); refused ones are asked again, with the
+  reasons shown to the model, until ``LLM_MAX_ATTEMPTS``; then that event fails for good and goes
+  to the dead letters. Accepted events of the same call are not asked again.
+
+JSON-schema structured output is used until the endpoint refuses it; from then on this controller
+asks for JSON mode (the prompt spells the shape out either way).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+import redis
+
+from evomem.controllers import Decision, DecisionFailure, DecisionInput
+from evomem.llm.answers import DuplicateCheck, read_answer
+from evomem.llm.client import (
+    ChatEndpoint,
+    ChatReply,
+    EndpointError,
+    RequestRejected,
+    ResponseFormatUnsupported,
+    ResponseMode,
+)
+from evomem.llm.prompt import PROMPT_VERSION, SYSTEM_PROMPT, PromptBatch, build_batch, correction
+from evomem.llm.ratelimit import RateLimiter
+from evomem.llm.tokens import TokenCounter, token_counter
+from evomem.llm.usage import UsageRecorder
+from evomem.logs import get_logger
+from evomem.settings import Settings
+from schemas import ControllerDecision
+
+log = get_logger("evomem.llm")
+
+#: Share of the worker's batch time limit that LLM calls, waits and retries may take, so that a
+#: batch ends (and acks what it decided) before its task is killed.
+TIME_BUDGET_SHARE = 0.75
+#: Completion tokens reserved per event before a call (settled with the reported usage after).
+COMPLETION_TOKENS_PER_EVENT = 120
+
+
+class Chat(Protocol):
+    model: str
+
+    def complete(self, system: str, user: str, mode: ResponseMode) -> ChatReply: ...
+
+
+class LLMController:
+    judges_additions = True
+
+    def __init__(self, settings: Settings, chat: Chat, limiter: RateLimiter, usage: UsageRecorder,
+                 counter: TokenCounter, rng: random.Random | None = None) -> None:
+        self.settings = settings
+        self.chat = chat
+        self.limiter = limiter
+        self.usage = usage
+        self.counter = counter
+        self.duplicates = DuplicateCheck(settings.duplicate_threshold)
+        self.name = f"llm:{chat.model}:prompt-v{PROMPT_VERSION}"
+        self.rng = rng or random.Random()
+        self._mode: ResponseMode = ("json_object" if settings.llm_response_format == "json_object"
+                                    else "json_schema")
+        self._lock = threading.Lock()
+        self.sleep = time.sleep
+
+    @classmethod
+    def from_settings(cls, settings: Settings, client: redis.Redis) -> LLMController:
+        chat = ChatEndpoint(settings)
+        scope = f"{settings.llm_base_url or 'default'}|{settings.llm_model}"
+        limiter = RateLimiter(client, scope, settings.llm_rpm, settings.llm_tpm)
+        return cls(settings, chat, limiter, UsageRecorder(client),
+                   token_counter(settings.llm_tokenizer, settings.llm_model))
+
+    # -- the port ------------------------------------------------------------------------------
+    def decide(self, inputs: Sequence[DecisionInput]) -> list[Decision]:
+        deadline = time.monotonic() + TIME_BUDGET_SHARE * self.settings.batch_time_limit_s
+        chunks = self.chunks(inputs)
+        results: dict[int, Decision] = {}
+        workers = min(self.settings.llm_concurrency, len(chunks))
+        if workers <= 1:
+            for chunk in chunks:
+                results.update(self._decide_chunk(chunk, inputs, deadline))
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="evomem-llm") as pool:
+                for part in pool.map(lambda c: self._decide_chunk(c, inputs, deadline), chunks):
+                    results.update(part)
+        return [results[i] for i in range(len(inputs))]
+
+    def chunks(self, inputs: Sequence[DecisionInput]) -> list[list[int]]:
+        """Indices of ``inputs`` per call: one namespace a call, ``LLM_EVENTS_PER_CALL`` at most."""
+        by_ns: dict[str, list[int]] = {}
+        for i, inp in enumerate(inputs):
+            by_ns.setdefault(inp.event.namespace, []).append(i)
+        size = self.settings.llm_events_per_call
+        return [idx[k : k + size] for idx in by_ns.values() for k in range(0, len(idx), size)]
+
+    # -- one call's events ---------------------------------------------------------------------
+    def _decide_chunk(self, chunk: list[int], inputs: Sequence[DecisionInput],
+                      deadline: float) -> dict[int, Decision]:
+        s = self.settings
+        batch = build_batch([inputs[i] for i in chunk], self.counter, s.llm_event_tokens)
+        done: dict[int, Decision] = {}
+        refused: dict[int, str] = {}
+        invalid = dict.fromkeys(batch.numbers, 0)
+        transient = 0
+        while pending := [n for n in batch.numbers if n not in done]:
+            if time.monotonic() >= deadline:  # the batch must end in time; these wait for a redelivery
+                failure = DecisionFailure("the batch's time for LLM calls ran out", transient=True)
+                done.update(dict.fromkeys(pending, failure))
+                break
+            user = batch.render(pending)
+            if refused:
+                user += "\n\n" + correction({n: refused[n] for n in pending if n in refused})
+            try:
+                reply = self._call(user, batch, pending, repair=bool(refused), deadline=deadline)
+            except EndpointError as exc:
+                transient += 1
+                self.usage.record_failure(f"transient:{exc.kind}", len(pending))
+                wait = self._backoff(transient, exc)
+                give_up = not exc.retry_now or transient >= s.llm_transient_attempts
+                if not give_up and wait > deadline - time.monotonic():
+                    # wait out the budget: a redelivery sooner would only spend one of the event's deliveries
+                    self.sleep(max(0.0, deadline - time.monotonic()))
+                    give_up = True
+                if give_up:
+                    log.warning("llm.call_gave_up", kind=exc.kind, attempts=transient, events=len(pending),
+                                error=str(exc))
+                    if exc.kind != "rate_limit_wait":
+                        # a circuit breaker: every worker pauses, so an outage spends an event's
+                        # deliveries no faster than one per LLM_BACKOFF_MAX_S
+                        self.limiter.block(s.llm_backoff_max_s)
+                    failure = DecisionFailure(f"{exc} (after {transient} tries)", transient=True)
+                    done.update(dict.fromkeys(pending, failure))
+                    break
+                log.info("llm.call_retry", kind=exc.kind, attempt=transient, wait_s=round(wait, 3))
+                self.sleep(wait)
+                continue
+            except RequestRejected as exc:
+                answers: dict[int, ControllerDecision | str] = dict.fromkeys(pending, str(exc))
+                self.usage.record_failure("rejected", len(pending))
+            else:
+                answers = read_answer(reply.text, reply.finish_reason, batch, pending, self.name,
+                                      self.duplicates)
+            for n, answer in answers.items():
+                if isinstance(answer, ControllerDecision):
+                    done[n] = answer
+                    continue
+                invalid[n] += 1
+                refused[n] = answer
+                self.usage.record_failure("invalid")
+                log.info("llm.answer_refused", event_id=str(batch.event(n).input.event.event_id),
+                         attempt=invalid[n], reason=answer)
+                if invalid[n] >= s.llm_max_attempts:
+                    done[n] = DecisionFailure(f"LLM answer still invalid after {invalid[n]} tries: {answer}",
+                                              transient=False)
+        return {chunk[n - 1]: d for n, d in done.items()}
+
+    def _call(self, user: str, batch: PromptBatch, pending: list[int], *, repair: bool,
+              deadline: float) -> ChatReply:
+        """One request: rate limit, the endpoint, the JSON-mode fallback, the accounting."""
+        estimate = self.counter.count(SYSTEM_PROMPT) + self.counter.count(user) + 8
+        reserved = estimate + COMPLETION_TOKENS_PER_EVENT * len(pending)
+        self.limiter.acquire(reserved, deadline)
+        mode = self._mode
+        try:
+            reply = self.chat.complete(SYSTEM_PROMPT, user, mode)
+        except ResponseFormatUnsupported:
+            if mode != "json_schema" or self.settings.llm_response_format == "json_schema":
+                raise
+            with self._lock:
+                self._mode = "json_object"
+            log.warning("llm.json_schema_unsupported", model=self.chat.model, fallback="json_object")
+            reply = self.chat.complete(SYSTEM_PROMPT, user, "json_object")
+        except EndpointError as exc:
+            if exc.retry_after:
+                self.limiter.block(exc.retry_after)  # every worker waits, not only this call
+            self.limiter.settle(reserved, 0)
+            raise
+        prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else estimate
+        completion_tokens = (reply.completion_tokens if reply.completion_tokens is not None
+                             else self.counter.count(reply.text))
+        self.limiter.settle(reserved, prompt_tokens + completion_tokens)
+        self.usage.record_call(reply.model, "repair" if repair else "decide",
+                               [str(batch.event(n).input.event.event_id) for n in pending],
+                               prompt_tokens, completion_tokens)
+        return reply
+
+    def _backoff(self, attempt: int, exc: EndpointError) -> float:
+        """Retry-After when the endpoint gave one (capped), else exponential with equal jitter."""
+        s = self.settings
+        if exc.retry_after is not None:
+            return float(exc.retry_after) + self.rng.uniform(0, 0.05 * s.llm_backoff_base_s)
+        ceiling = min(s.llm_backoff_max_s, s.llm_backoff_base_s * 2 ** (attempt - 1))
+        return float(ceiling / 2 + self.rng.uniform(0, ceiling / 2))
+
+    def close(self) -> None:
+        close = getattr(self.chat, "close", None)
+        if close is not None:
+            close()
+
+
+__all__ = ["TIME_BUDGET_SHARE", "Chat", "LLMController"]

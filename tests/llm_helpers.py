@@ -1,0 +1,82 @@
+"""Helpers of the LLM controller tests: one local OpenAI-compatible server per session, settings
+that make retries quick, insights seeded straight into the system of record, and a worker loop
+that runs until the stream has nothing left for it (a condition, not a sleep)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from evomem.editing import added_insight_id, plan_edits
+from evomem.llm.testserver import LLMTestServer
+from evomem.settings import Settings
+from evomem.stores.redis_graph import RedisGraphStore
+from evomem.stream import EventStream
+from evomem.worker import ConsolidationWorker
+from schemas import AddDecision, ControllerDecision, InsightNode, TaskEvent
+from schemas.models import utcnow
+
+SECRET = "sk-test-0123456789abcdefSECRET"
+
+
+def llm_settings(tmp_path: Path, redis_url: str, server: LLMTestServer, **overrides: Any) -> Settings:
+    """The LLM controller against the test server, with retries that take milliseconds."""
+    values: dict[str, Any] = {
+        "data_dir": tmp_path / "data", "redis_url": redis_url, "controller": "llm",
+        "llm_base_url": server.url, "llm_api_key": SECRET, "llm_tokenizer": "estimate",
+        "llm_timeout_s": 1.0, "llm_backoff_base_s": 0.005, "llm_backoff_max_s": 0.02,
+        "llm_transient_attempts": 2, "llm_max_attempts": 2, "llm_events_per_call": 8,
+        "max_deliveries": 3, "batch_wait_ms": 0, "archive_policy": "immediate",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def seed(client: redis.Redis, namespace: str, texts: list[str]) -> list[str]:
+    """Active insights with these texts, written as ADD edits of seed events; their ids."""
+    graph = RedisGraphStore(client)
+    ids = []
+    for text in texts:
+        event = TaskEvent(namespace=namespace, query=f"seed: {text}", status="resolved")
+        decision = ControllerDecision(add_new_insight=AddDecision(decision=True, new_insight_text=text,
+                                                                  decided_by="seed"))
+        graph.apply(plan_edits(event, decision, retrieved=[], similar=[], allowed_operations={"KEEP"},
+                               archive_policy="immediate", archive_ratio=0.5, at=utcnow()))
+        ids.append(added_insight_id(str(event.event_id)))
+    return ids
+
+
+def publish(client: redis.Redis, namespace: str, query: str, status: str, insight_ids: list[str],
+            **fields: Any) -> TaskEvent:
+    event = TaskEvent(namespace=namespace, query=query, status=status,  # type: ignore[arg-type]
+                      retrieved_insight_ids=insight_ids, event_id=uuid.uuid4(), **fields)
+    EventStream(client).publish(event)
+    return event
+
+
+def run_until_idle(worker: ConsolidationWorker, max_batches: int = 50) -> dict[str, int]:
+    """Batches until one finds nothing to do; the reports' counts added up."""
+    total = {"events": 0, "applied": 0, "dead_lettered": 0, "deferred": 0, "batches": 0}
+    for _ in range(max_batches):
+        report = worker.run_batch(block_ms=0)
+        if report.events == 0:
+            return total
+        total["batches"] += 1
+        for k in ("events", "applied", "dead_lettered", "deferred"):
+            total[k] += getattr(report, k)
+    raise AssertionError(f"the worker was still busy after {max_batches} batches: {total}")
+
+
+def snapshot(client: redis.Redis, ids: list[str]) -> dict[str, InsightNode]:
+    return RedisGraphStore(client).insights(ids)
+
+
+def dead_letters(client: redis.Redis) -> list[dict[str, str]]:
+    return EventStream(client).dlq()
+
+
+def applied(client: redis.Redis, event: TaskEvent) -> bool:
+    return RedisGraphStore(client).is_applied(str(event.event_id))
