@@ -154,6 +154,8 @@ class Memory:
         """
         event = retrieval if isinstance(retrieval, TaskEvent) else build_event(retrieval, status, namespace,
                                                                                query, fields)
+        if self._retriever is not None:
+            self._retriever.flush()  # the retrieval record this report refers to is written first
         self.stream.publish(event)
         return str(event.event_id)
 
@@ -237,6 +239,8 @@ class Memory:
             return
         self._closed = True
         self._stop.set()
+        if self._retriever is not None:
+            self._retriever.close()
         if self._follower is not None:
             self._follower.join(timeout=5)
         if self.index is not None:

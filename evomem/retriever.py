@@ -6,12 +6,16 @@ No LLM and no write on this path except the small retrieval record a later repor
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from evomem.embedding import Embedder
+from evomem.logs import get_logger
 from evomem.ports import GraphStore, RetrievalRecord, VectorIndex
 from evomem.retrieval import ScoredInsight, expand_neighbours, rank_insights
 from evomem.settings import Settings
+
+log = get_logger("evomem.retriever")
 
 #: Candidates fetched at most from the index before ranking (Eq. 7 can match many insights).
 CANDIDATE_LIMIT = 512
@@ -42,6 +46,8 @@ class Retriever:
         self.index = index
         self.embedder = embedder
         self.settings = settings
+        self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
+        self._pending: list[Future[None]] = []
 
     def similar_queries(self, namespace: str, query: str, k: int | None = None) -> list[str]:
         vector = self.embedder.embed([query])[0]
@@ -57,11 +63,27 @@ class Retriever:
         retrieval = Retrieval(str(uuid.uuid4()), namespace, query, tuple(ranked), tuple(similar),
                               len(expansion.expanded))
         if record:
-            self.graph.save_retrieval(
-                RetrievalRecord(retrieval.id, namespace, query, retrieval.similar, tuple(i.id for i in ranked)),
-                s.retrieval_ttl_s,
-            )
+            # off the agent's path: the record is only read when the report is consolidated, and
+            # report() waits for pending records first (``flush``)
+            rec = RetrievalRecord(retrieval.id, namespace, query, retrieval.similar, tuple(i.id for i in ranked))
+            self._pending.append(self._recorder.submit(self._save, rec))
         return retrieval
+
+    def _save(self, record: RetrievalRecord) -> None:
+        try:
+            self.graph.save_retrieval(record, self.settings.retrieval_ttl_s)
+        except Exception as exc:  # the report still carries the served ids; only the record is lost
+            log.warning("retrieval.record_failed", retrieval_id=record.id, error=str(exc))
+
+    def flush(self) -> None:
+        """Wait until every retrieval record asked for so far is written."""
+        pending, self._pending = self._pending, []
+        for f in pending:
+            f.result()
+
+    def close(self) -> None:
+        self.flush()
+        self._recorder.shutdown(wait=True)
 
 
 __all__ = ["CANDIDATE_LIMIT", "Retrieval", "Retriever"]

@@ -8,6 +8,7 @@ qdrant-edge 0.9.0 never matches a bool payload with ``MatchValue(True)``.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +28,10 @@ from evomem.retrieval import Candidate
 from schemas import InsightNode, QueryNode
 
 SCROLL_PAGE = 1024
+#: Below this many points a sparse search scores points one by one instead of walking the inverted
+#: index; Qdrant's default (5000) made the top-k of a namespace of a few thousand queries take
+#: milliseconds (bench/README.md). Applies to shards created from now on.
+SPARSE_FULL_SCAN_THRESHOLD = 500
 
 
 class EdgeIndex:
@@ -37,6 +42,12 @@ class EdgeIndex:
         self.identity = f"edge:{self.dir}"
         self.kind = kind
         self.fresh = False
+        # Candidates as last read, by point id. Exact: only this process can open the shard and every
+        # write goes through write_insights, which drops what it writes; a fill that a write overtook
+        # (the generation moved) is not kept.
+        self._candidates: dict[str, Candidate] = {}
+        self._generation = 0
+        self._cache_lock = threading.Lock()
         self.queries = self._open("queries", kind, dim, [("namespace", True)])
         try:
             self.insights = self._open("insights", kind, dim, [("namespace", True), ("state", False),
@@ -48,7 +59,8 @@ class EdgeIndex:
     def _open(self, name: str, kind: str, dim: int, keywords: list[tuple[str, bool]]) -> Any:
         path = self.dir / name
         if kind == "sparse":
-            config = qe.EdgeConfig(sparse_vectors={VECTOR_NAME: qe.EdgeSparseVectorParams()})
+            sparse = qe.EdgeSparseVectorParams(full_scan_threshold=SPARSE_FULL_SCAN_THRESHOLD)
+            config = qe.EdgeConfig(sparse_vectors={VECTOR_NAME: sparse})
         else:
             params = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
             config = qe.EdgeConfig(vectors={VECTOR_NAME: params})
@@ -94,6 +106,7 @@ class EdgeIndex:
             if n.id not in latest or latest[n.id].version < n.version:
                 latest[n.id] = n
         nodes = list(latest.values())
+        self._forget([point_id(n.id) for n in nodes])
         stored = self.insight_versions([n.id for n in nodes])
         fresh = [n for n in nodes if n.id not in stored or stored[n.id] < n.version]
         new_points = [qe.Point(point_id(n.id), self._vector(vectors[n.id]), insight_payload(n))
@@ -103,6 +116,13 @@ class EdgeIndex:
         for n in fresh:
             if n.id in stored:
                 self.insights.update(qe.UpdateOperation.set_payload([point_id(n.id)], insight_payload(n)))
+        self._forget([point_id(n.id) for n in nodes])  # again: a reader may have filled in between
+
+    def _forget(self, point_ids: list[str]) -> None:
+        with self._cache_lock:
+            self._generation += 1
+            for pid in point_ids:
+                self._candidates.pop(pid, None)
 
     # -- reads ---------------------------------------------------------------------------------
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
@@ -134,9 +154,22 @@ class EdgeIndex:
             qe.FieldCondition("state", match=qe.MatchValue("active")),
             qe.FieldCondition("positive", match=qe.MatchAny(list(expanded))),
         ])
-        records, _ = self.insights.scroll(qe.ScrollRequest(limit=limit, filter=flt, with_payload=True,
+        # which points match is always read fresh; only their payloads come from the cache
+        records, _ = self.insights.scroll(qe.ScrollRequest(limit=limit, filter=flt, with_payload=False,
                                                            with_vector=False))
-        return [candidate_from_payload(r.payload) for r in records]
+        ids = [str(r.id) for r in records]
+        with self._cache_lock:
+            generation = self._generation
+            found = {i: self._candidates[i] for i in ids if i in self._candidates}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            fetched = {str(r.id): candidate_from_payload(r.payload)
+                       for r in self.insights.retrieve(missing, True, False)}
+            found.update(fetched)
+            with self._cache_lock:
+                if self._generation == generation:
+                    self._candidates.update(fetched)
+        return [found[i] for i in ids if i in found]
 
     def insight_versions(self, ids: Collection[str]) -> dict[str, int]:
         if not ids:
