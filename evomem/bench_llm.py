@@ -66,16 +66,25 @@ def _events(rng: random.Random, hot: list[str], n: int) -> list[TaskEvent]:
     label = {"resolved": "SUPPORTS", "failed": "REFUTES"}
     for i in range(n):
         status = rng.choice(["resolved", "failed"])
-        out.append(TaskEvent(
-            namespace=NS, query=f"Task {i}: verify that claim {rng.randint(0, 10**6)} about an inventor",
-            status=status, retrieved_insight_ids=rng.sample(hot, 3),
-            trajectory=["searched for the claim's subject", f"read {rng.randint(1, 4)} passages",
-                        "compared the dates with the evidence", f"answered {label[status]}"],
-            final_answer=label[status],
-            feedback=None if status == "resolved" else "the label was wrong",
-            proposed_insight=f"Lesson {uuid.UUID(int=rng.getrandbits(128))}: check the source's date."
-            if rng.random() < 0.1 else None,
-        ))
+        out.append(
+            TaskEvent(
+                namespace=NS,
+                query=f"Task {i}: verify that claim {rng.randint(0, 10**6)} about an inventor",
+                status=status,
+                retrieved_insight_ids=rng.sample(hot, 3),
+                trajectory=[
+                    "searched for the claim's subject",
+                    f"read {rng.randint(1, 4)} passages",
+                    "compared the dates with the evidence",
+                    f"answered {label[status]}",
+                ],
+                final_answer=label[status],
+                feedback=None if status == "resolved" else "the label was wrong",
+                proposed_insight=f"Lesson {uuid.UUID(int=rng.getrandbits(128))}: check the source's date."
+                if rng.random() < 0.1
+                else None,
+            )
+        )
     return out
 
 
@@ -88,8 +97,18 @@ def _seed(client: Any) -> list[str]:
     for text in LESSONS:
         event = TaskEvent(namespace=NS, query=f"seed: {text}", status="resolved")
         decision = ControllerDecision(add_new_insight=AddDecision(decision=True, new_insight_text=text))
-        graph.apply(plan_edits(event, decision, retrieved=[], similar=[], allowed_operations={"KEEP"},
-                               archive_policy="evidence", archive_ratio=0.5, at=utcnow()))
+        graph.apply(
+            plan_edits(
+                event,
+                decision,
+                retrieved=[],
+                similar=[],
+                allowed_operations={"KEEP"},
+                archive_policy="evidence",
+                archive_ratio=0.5,
+                at=utcnow(),
+            )
+        )
         ids.append(added_insight_id(str(event.event_id)))
     return ids
 
@@ -121,36 +140,58 @@ def run(args: argparse.Namespace) -> int:
     seconds = 0.5 if args.quick else args.seconds
     latency = args.latency_ms / 1000
     cap = 200 if args.quick else MAX_EVENTS
-    with tempfile.TemporaryDirectory(prefix="evomem-bench-llm-") as tmp, \
-            LLMTestServer(latency_s=0.0) as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="evomem-bench-llm-") as tmp,
+        LLMTestServer(latency_s=0.0) as server,
+    ):
         redis = EmbeddedRedis(Path(tmp))
         client = connect(redis.ensure())
-        base = {"data_dir": Path(tmp), "redis_url": None, "controller": "llm", "llm_base_url": server.url,
-                "llm_api_key": "local", "llm_model": "evomem-bench", "llm_tokenizer": "estimate",
-                "batch_size": 256}
+        base: dict[str, Any] = {
+            "data_dir": Path(tmp),
+            "redis_url": None,
+            "controller": "llm",
+            "llm_base_url": server.url,
+            "llm_api_key": "local",
+            "llm_model": "evomem-bench",
+            "llm_tokenizer": "estimate",
+            "batch_size": 256,
+        }
         try:
             tokens = {}
             for per_call in (1, 8):
                 hot = _fresh(client)
                 events = _events(random.Random(11), hot, token_events)
-                settings = Settings(**base, llm_events_per_call=per_call, llm_concurrency=8)  # type: ignore[arg-type]
+                settings = Settings(**base, llm_events_per_call=per_call, llm_concurrency=8)
                 _consolidate(settings, client, events)
                 tally = usage.summary(client)
-                tokens[per_call] = {"events": tally["events_judged"], "calls": tally["calls"],
-                                    "prompt_tokens_per_event": tally["prompt_tokens_per_event"],
-                                    "completion_tokens_per_event": tally["completion_tokens_per_event"]}
+                tokens[per_call] = {
+                    "events": tally["events_judged"],
+                    "calls": tally["calls"],
+                    "prompt_tokens_per_event": tally["prompt_tokens_per_event"],
+                    "completion_tokens_per_event": tally["completion_tokens_per_event"],
+                }
             server.reset(latency_s=latency)
             throughput = []
             for concurrency, per_call in ((1, 1), (8, 1), (64, 1), (64, 8)):
                 hot = _fresh(client)
                 n = min(cap, max(4, int(seconds * concurrency * per_call / max(latency, 0.01))))
-                settings = Settings(**base, llm_events_per_call=per_call,  # type: ignore[arg-type]
-                                    llm_concurrency=concurrency)
+                settings = Settings(
+                    **base,
+                    llm_events_per_call=per_call,
+                    llm_concurrency=concurrency,
+                )
                 elapsed, applied = _consolidate(settings, client, _events(rng, hot, n))
-                throughput.append({"concurrency": concurrency, "events_per_call": per_call, "events": n,
-                                   "applied": applied, "seconds": round(elapsed, 3),
-                                   "events_per_s": round(applied / elapsed, 1),
-                                   "max_in_flight": server.max_in_flight})
+                throughput.append(
+                    {
+                        "concurrency": concurrency,
+                        "events_per_call": per_call,
+                        "events": n,
+                        "applied": applied,
+                        "seconds": round(elapsed, 3),
+                        "events_per_s": round(applied / elapsed, 1),
+                        "max_in_flight": server.max_in_flight,
+                    }
+                )
                 server.reset()
         finally:
             client.close()
@@ -165,13 +206,18 @@ def run(args: argparse.Namespace) -> int:
         "quick": bool(args.quick),
         "token_counter": "estimate: ceil(UTF-8 bytes / 3), above tiktoken's count for ordinary text",
         "latency_ms": args.latency_ms,
-        "prompt_tokens": {"per_event_at_1_per_call": one, "per_event_at_8_per_call": eight,
-                          "saving": round(saving, 3), "target_saving": 0.30, "runs": tokens},
+        "prompt_tokens": {
+            "per_event_at_1_per_call": one,
+            "per_event_at_8_per_call": eight,
+            "saving": round(saving, 3),
+            "target_saving": 0.30,
+            "runs": tokens,
+        },
         "throughput": {"runs": throughput, "speedup_64_vs_1": round(speedup, 1), "target_speedup": 20},
     }
     _print(section)
     _merge(args.out, section)
-    print(f"\nmerged under \"llm\" in {args.out}")
+    print(f'\nmerged under "llm" in {args.out}')
     return 0
 
 
@@ -180,16 +226,22 @@ def _print(s: dict[str, Any]) -> None:
     print(f"LLM controller against the local test server ({s['token_counter']})")
     print(f"\n{'events per call':<18}{'prompt tokens/event':>21}{'completion tokens/event':>25}{'calls':>7}")
     for per_call, run in p["runs"].items():
-        print(f"{per_call:<18}{run['prompt_tokens_per_event']:>21}{run['completion_tokens_per_event']:>25}"
-              f"{run['calls']:>7}")
+        print(
+            f"{per_call:<18}{run['prompt_tokens_per_event']:>21}{run['completion_tokens_per_event']:>25}"
+            f"{run['calls']:>7}"
+        )
     print(f"prompt tokens saved per event at 8 per call: {p['saving']:.1%} (target ≥ 30%)")
     t = s["throughput"]
     print(f"\nendpoint latency {s['latency_ms']:.0f} ms")
-    print(f"{'in flight':<11}{'events/call':>12}{'events':>8}{'seconds':>9}{'events/s':>10}"
-          f"{'max in flight':>15}")
+    print(
+        f"{'in flight':<11}{'events/call':>12}{'events':>8}{'seconds':>9}{'events/s':>10}"
+        f"{'max in flight':>15}"
+    )
     for r in t["runs"]:
-        print(f"{r['concurrency']:<11}{r['events_per_call']:>12}{r['applied']:>8}{r['seconds']:>9.2f}"
-              f"{r['events_per_s']:>10.1f}{r['max_in_flight']:>15}")
+        print(
+            f"{r['concurrency']:<11}{r['events_per_call']:>12}{r['applied']:>8}{r['seconds']:>9.2f}"
+            f"{r['events_per_s']:>10.1f}{r['max_in_flight']:>15}"
+        )
     print(f"speed-up from 1 to 64 in flight: ×{t['speedup_64_vs_1']} (target ×20)")
 
 
@@ -209,8 +261,11 @@ def _merge(path: Path, section: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evomem.bench_llm", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m evomem.bench_llm",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -48,9 +48,15 @@ def _events(rng: random.Random, namespace: str, hot: list[str], n: int) -> list[
     for i in range(n):
         named = rng.sample(hot, min(len(hot), rng.randint(1, 3)))
         proposed = f"Lesson {uuid.UUID(int=rng.getrandbits(128))}." if rng.random() < 0.1 else None
-        out.append(TaskEvent(namespace=namespace, query=f"task {i}: verify claim {rng.randint(0, 10**6)}",
-                             status=rng.choice(["resolved", "failed"]), proposed_insight=proposed,
-                             insight_feedback={h: rng.choice(["helpful", "helpful", "harmful"]) for h in named}))
+        out.append(
+            TaskEvent(
+                namespace=namespace,
+                query=f"task {i}: verify claim {rng.randint(0, 10**6)}",
+                status=rng.choice(["resolved", "failed"]),
+                proposed_insight=proposed,
+                insight_feedback={h: rng.choice(["helpful", "helpful", "harmful"]) for h in named},
+            )
+        )
     return out
 
 
@@ -76,9 +82,16 @@ def _wait(condition: Callable[[], bool], timeout: float) -> bool:
 
 def _percentiles(samples_ms: list[float]) -> dict[str, float]:
     ordered = sorted(samples_ms)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return {"p50_ms": round(pick(0.50), 3), "p99_ms": round(pick(0.99), 3),
-            "mean_ms": round(statistics.fmean(ordered), 3), "n": len(ordered)}
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return {
+        "p50_ms": round(pick(0.50), 3),
+        "p99_ms": round(pick(0.99), 3),
+        "mean_ms": round(statistics.fmean(ordered), 3),
+        "n": len(ordered),
+    }
 
 
 class _Workers:
@@ -90,9 +103,15 @@ class _Workers:
     def start(self, n: int) -> None:
         for i in range(n):
             with open(self.logs / f"worker-{len(self.procs)}-{i}.log", "wb") as log:
-                self.procs.append(subprocess.Popen([sys.executable, "-m", "evomem.cli", "worker", "-c", "1"],
-                                                   env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                                   start_new_session=True))
+                self.procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "evomem.cli", "worker", "-c", "1"],
+                        env=self.env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
 
     def stop(self) -> None:
         for p in self.procs:
@@ -106,8 +125,9 @@ class _Workers:
         self.procs.clear()
 
 
-def _throughput(url: str, client: Client, workdir: Path, processes: int, n: int, hot: list[str],
-                seed: int) -> dict[str, Any]:
+def _throughput(
+    url: str, client: Client, workdir: Path, processes: int, n: int, hot: list[str], seed: int
+) -> dict[str, Any]:
     workers = _Workers(url, workdir)
     workers.start(processes)
     try:
@@ -125,16 +145,24 @@ def _throughput(url: str, client: Client, workdir: Path, processes: int, n: int,
     finally:
         workers.stop()
     rate = n / elapsed
-    return {"processes": processes, "events": n, "seconds": round(elapsed, 3), "events_per_s": round(rate, 1),
-            "events_per_s_per_process": round(rate / processes, 1)}
+    return {
+        "processes": processes,
+        "events": n,
+        "seconds": round(elapsed, 3),
+        "events_per_s": round(rate, 1),
+        "events_per_s_per_process": round(rate / processes, 1),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
     if args.quick:
         args.events, args.reports, args.served, args.processes = 300, 200, 20, "1,2"
     counts = [int(x) for x in args.processes.split(",") if x.strip()]
-    out: dict[str, Any] = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(),
-                           "quick": bool(args.quick)}
+    out: dict[str, Any] = {
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "cores": os.cpu_count(),
+        "quick": bool(args.quick),
+    }
     with tempfile.TemporaryDirectory(prefix="evomem-bench-") as tmp:
         workdir = Path(tmp)
         server = EmbeddedRedis(workdir / "data")
@@ -142,8 +170,18 @@ def run(args: argparse.Namespace) -> int:
         settings = Settings(data_dir=workdir / "data", redis_url=url)
         try:
             worker = ConsolidationWorker.open(settings)
-            _publish(worker.redis, [TaskEvent(namespace="bench", query=f"seed {i}", status="resolved",
-                                              proposed_insight=f"Hot insight {i}.") for i in range(10)])
+            _publish(
+                worker.redis,
+                [
+                    TaskEvent(
+                        namespace="bench",
+                        query=f"seed {i}",
+                        status="resolved",
+                        proposed_insight=f"Hot insight {i}.",
+                    )
+                    for i in range(10)
+                ],
+            )
             worker.drain(60)
             hot = sorted(worker.graph.insight_ids("bench"))
 
@@ -153,33 +191,50 @@ def run(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             report = worker.drain(600, block_ms=0)
             elapsed = time.perf_counter() - started
-            out["in_process"] = {"events": report.events, "seconds": round(elapsed, 3),
-                                 "events_per_s": round(report.events / elapsed, 1)}
-            print(f"in-process consumer      {out['in_process']['events_per_s']:>9.0f} events/s "
-                  f"({report.events} events)", flush=True)
+            out["in_process"] = {
+                "events": report.events,
+                "seconds": round(elapsed, 3),
+                "events_per_s": round(report.events / elapsed, 1),
+            }
+            print(
+                f"in-process consumer      {out['in_process']['events_per_s']:>9.0f} events/s "
+                f"({report.events} events)",
+                flush=True,
+            )
 
             out["throughput"] = []
             for n, k in enumerate(counts):
                 row = _throughput(url, worker.redis, workdir, k, args.events, hot, seed=10 + n)
                 out["throughput"].append(row)
-                print(f"{k} worker process(es)     {row['events_per_s']:>9.0f} events/s "
-                      f"({row['events_per_s_per_process']:.0f} per process)", flush=True)
+                print(
+                    f"{k} worker process(es)     {row['events_per_s']:>9.0f} events/s "
+                    f"({row['events_per_s_per_process']:.0f} per process)",
+                    flush=True,
+                )
             worker.close()
 
-            out["report"], out["report_to_served"] = _latencies(settings, url, workdir, args.reports, args.served)
-            print(f"report()                 p50 {out['report']['p50_ms']:.3f} ms, p99 {out['report']['p99_ms']:.3f} ms")
+            out["report"], out["report_to_served"] = _latencies(
+                settings, url, workdir, args.reports, args.served
+            )
+            print(
+                f"report()                 p50 {out['report']['p50_ms']:.3f} ms, "
+                f"p99 {out['report']['p99_ms']:.3f} ms"
+            )
             rs = out["report_to_served"]
-            print(f"report → served          p50 {rs['p50_ms']:.1f} ms, p99 {rs['p99_ms']:.1f} ms "
-                  f"(2 worker processes, projector following)")
+            print(
+                f"report → served          p50 {rs['p50_ms']:.1f} ms, p99 {rs['p99_ms']:.1f} ms "
+                f"(2 worker processes, projector following)"
+            )
         finally:
             server.stop()
     _merge(args.out, out)
-    print(f"written to {args.out} under \"pipeline\"")
+    print(f'written to {args.out} under "pipeline"')
     return 0
 
 
-def _latencies(settings: Settings, url: str, workdir: Path, reports: int, served: int) -> tuple[dict[str, Any],
-                                                                                              dict[str, Any]]:
+def _latencies(
+    settings: Settings, url: str, workdir: Path, reports: int, served: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
     workers = _Workers(url, workdir)
     workers.start(2)
     try:
@@ -196,8 +251,12 @@ def _latencies(settings: Settings, url: str, workdir: Path, reports: int, served
             _wait(lambda: mem.stream.info()["lag"] == 0 and mem.stream.info()["pending"] == 0, 300)
             samples = []
             for i in range(served):
-                event = TaskEvent(namespace="served", query=f"Verify claim number {i} about trucks",
-                                  status="resolved", proposed_insight=f"Served lesson {i} {uuid.uuid4()}.")
+                event = TaskEvent(
+                    namespace="served",
+                    query=f"Verify claim number {i} about trucks",
+                    status="resolved",
+                    proposed_insight=f"Served lesson {i} {uuid.uuid4()}.",
+                )
                 expected = added_insight_id(str(event.event_id))
                 t = time.perf_counter_ns()
                 mem.report(event)

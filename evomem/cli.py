@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from evomem.errors import EvomemError, InvalidEventError, StoreLockedError
@@ -39,8 +41,14 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     with _client(index=True) as mem:
         r = mem.retrieve(args.query, args.namespace, top_k=args.top_k, budget=args.budget)
     if args.json:
-        _out({"retrieval_id": r.id, "namespace": r.namespace, "similar_queries": list(r.similar),
-              "insights": [vars_of(i) for i in r.insights]})
+        _out(
+            {
+                "retrieval_id": r.id,
+                "namespace": r.namespace,
+                "similar_queries": list(r.similar),
+                "insights": [vars_of(i) for i in r.insights],
+            }
+        )
         return 0
     print(f"retrieval {r.id}  ({len(r.similar)} similar queries)")
     if not r.insights:
@@ -60,9 +68,11 @@ def _feedback(pairs: Sequence[str]) -> dict[str, Any]:
     for pair in pairs:
         insight_id, sep, verdict = pair.partition("=")
         if not sep:
-            raise InvalidEventError("insight_feedback", f"expected ID=helpful|harmful|partial:TEXT, got {pair!r}")
+            raise InvalidEventError(
+                "insight_feedback", f"expected ID=helpful|harmful|partial:TEXT, got {pair!r}"
+            )
         if verdict.startswith("partial:"):
-            out[insight_id] = {"verdict": "partial", "revised_text": verdict[len("partial:"):]}
+            out[insight_id] = {"verdict": "partial", "revised_text": verdict[len("partial:") :]}
         else:
             out[insight_id] = verdict
     return out
@@ -71,7 +81,7 @@ def _feedback(pairs: Sequence[str]) -> dict[str, Any]:
 def cmd_report(args: argparse.Namespace) -> int:
     with _client(index=False) as mem:
         if args.file:
-            raw = sys.stdin.read() if args.file == "-" else open(args.file).read()
+            raw = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
             try:
                 event = TaskEvent.model_validate_json(raw)
             except ValueError as exc:
@@ -82,10 +92,16 @@ def cmd_report(args: argparse.Namespace) -> int:
             event_id = mem.report(event)
         else:
             event_id = mem.report(
-                None, status=args.status, namespace=args.namespace, query=args.query,
-                retrieval_id=args.retrieval_id, retrieved_insight_ids=args.insight or None,
-                feedback=args.feedback, final_answer=args.final_answer,
-                insight_feedback=_feedback(args.verdict) or None, proposed_insight=args.propose,
+                None,
+                status=args.status,
+                namespace=args.namespace,
+                query=args.query,
+                retrieval_id=args.retrieval_id,
+                retrieved_insight_ids=args.insight or None,
+                feedback=args.feedback,
+                final_answer=args.final_answer,
+                insight_feedback=_feedback(args.verdict) or None,
+                proposed_insight=args.propose,
                 trajectory=args.step or None,
             )
     print(event_id)
@@ -102,8 +118,10 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
     if args.json:
         _out(report.as_dict())
         return 0
-    print(f"{report.events} events: {report.applied} applied, {report.replayed} already applied, "
-          f"{report.dead_lettered} dead-lettered, {report.deferred} deferred")
+    print(
+        f"{report.events} events: {report.applied} applied, {report.replayed} already applied, "
+        f"{report.dead_lettered} dead-lettered, {report.deferred} deferred"
+    )
     for op in ("ADD", "KEEP", "ARCHIVE", "REVISE"):
         if report.operations.get(op):
             print(f"  {op:<8}{report.operations[op]}")
@@ -130,10 +148,14 @@ def render_insight(view: InsightView, queries: dict[str, str]) -> str:
     evidence("helped   Ω⁺", n.positive)
     evidence("harmed   Ω⁻", n.negative)
     if len(view.lineage) > 1:
-        lines.append("  lineage  " + " → ".join(("[" + i[:8] + "]") if i == n.id else i[:8] for i in view.lineage))
+        lines.append(
+            "  lineage  " + " → ".join(("[" + i[:8] + "]") if i == n.id else i[:8] for i in view.lineage)
+        )
     if view.edges:
-        lines.append(f"  contextualised by {len(view.edges)} hyperedge(s): "
-                     + ", ".join(a[:8] for a, _ in view.edges[:6]))
+        lines.append(
+            f"  contextualised by {len(view.edges)} hyperedge(s): "
+            + ", ".join(a[:8] for a, _ in view.edges[:6])
+        )
     if view.history:
         lines.append("  history")
         for h in view.history[-12:]:
@@ -147,8 +169,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if args.insight_id:
             view = mem.insight(args.insight_id, args.namespace)
             if args.json:
-                _out({**view.node.model_dump(mode="json"), "lineage": view.lineage, "edges": view.edges,
-                      "history": [vars_of(h) for h in view.history]})
+                _out(
+                    {
+                        **view.node.model_dump(mode="json"),
+                        "lineage": view.lineage,
+                        "edges": view.edges,
+                        "history": [vars_of(h) for h in view.history],
+                    }
+                )
                 return 0
             ids = view.node.positive | view.node.negative
             queries = {q: node.text for q, node in mem.graph.queries(ids).items()}
@@ -183,14 +211,19 @@ def cmd_stats(args: argparse.Namespace) -> int:
     llm = stats.get("llm") or {}
     if llm.get("calls"):
         cost = llm.get("estimated_cost_usd")
-        print(f"llm            {llm['calls']} calls, {llm['prompt_tokens']} prompt + {llm['completion_tokens']} "
-              f"completion tokens, {llm.get('prompt_tokens_per_event')} prompt tokens/event"
-              + (f", ≈ ${cost:.4f} (estimate)" if cost is not None else ""))
+        print(
+            f"llm            {llm['calls']} calls, {llm['prompt_tokens']} prompt + "
+            f"{llm['completion_tokens']} "
+            f"completion tokens, {llm.get('prompt_tokens_per_event')} prompt tokens/event"
+            + (f", ≈ ${cost:.4f} (estimate)" if cost is not None else "")
+        )
         for model, m in (llm.get("models") or {}).items():
             print(f"  {model:<24} {m['prompt_tokens']} + {m['completion_tokens']} tokens")
     for ns, d in stats["namespaces"].items():
-        print(f"namespace {ns:<16} {d['queries']} queries, {d['insights']} insights "
-              f"({d['active']} active, {d['archived']} archived)")
+        print(
+            f"namespace {ns:<16} {d['queries']} queries, {d['insights']} insights "
+            f"({d['active']} active, {d['archived']} archived)"
+        )
     return 0
 
 
@@ -202,9 +235,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from workers.app import QUEUE, app
 
     settings = Settings()
-    argv = ["worker", "--concurrency", str(args.concurrency or settings.worker_concurrency), "--queues", QUEUE,
-            "--without-mingle", "--without-gossip", "--hostname", f"evomem-{os.getpid()}@%h",
-            "--loglevel", args.log_level]
+    argv = [
+        "worker",
+        "--concurrency",
+        str(args.concurrency or settings.worker_concurrency),
+        "--queues",
+        QUEUE,
+        "--without-mingle",
+        "--without-gossip",
+        "--hostname",
+        f"evomem-{os.getpid()}@%h",
+        "--loglevel",
+        args.log_level,
+    ]
     app.worker_main(argv)
     return 0
 
@@ -252,10 +295,8 @@ def cmd_dlq(args: argparse.Namespace) -> int:
             if entry is None:
                 sys.stderr.write("evomem: no such dead letter\n")
                 return 1
-            try:
+            with contextlib.suppress(ValueError):
                 entry["event"] = json.loads(entry["event"])
-            except ValueError:
-                pass
             _out(entry)
         else:
             ids = [d["id"] for d in mem.stream.dlq(1_000_000)] if args.all else args.ids
@@ -288,8 +329,10 @@ def cmd_import(args: argparse.Namespace) -> int:
         else:
             with open(args.file) as f:
                 counts = import_jsonl(mem.redis, f)
-    print(f"imported {counts['queries']} queries and {counts['insights']} insights; "
-          f"{counts['skipped']} already present")
+    print(
+        f"imported {counts['queries']} queries and {counts['insights']} insights; "
+        f"{counts['skipped']} already present"
+    )
     return 0
 
 
@@ -327,13 +370,18 @@ def _delegate(module: str, prog: str) -> Handler:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="evomem", description=__doc__,
-                                epilog="Settings come from EVOMEM_* environment variables (see the README).")
+    p = argparse.ArgumentParser(
+        prog="evomem",
+        description=__doc__,
+        epilog="Settings come from EVOMEM_* environment variables (see the README).",
+    )
     p.add_argument("--log-level", default="WARNING")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for name, module, help_ in (("demo", "evomem.demo", "run a simulated agent fleet on an embedded memory"),
-                                ("bench", "evomem.bench", "measure retrieval and report latency")):
+    for name, module, help_ in (
+        ("demo", "evomem.demo", "run a simulated agent fleet on an embedded memory"),
+        ("bench", "evomem.bench", "measure retrieval and report latency"),
+    ):
         sp = sub.add_parser(name, help=help_, add_help=False)
         sp.set_defaults(func=_delegate(module, f"evomem {name}"), delegated=True)
 
@@ -352,8 +400,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-s", "--status", choices=["resolved", "failed"])
     sp.add_argument("--retrieval-id")
     sp.add_argument("--insight", action="append", default=[], help="a retrieved insight id (repeatable)")
-    sp.add_argument("--verdict", action="append", default=[],
-                    help="ID=helpful | ID=harmful | ID=partial:REVISED TEXT (repeatable)")
+    sp.add_argument(
+        "--verdict",
+        action="append",
+        default=[],
+        help="ID=helpful | ID=harmful | ID=partial:REVISED TEXT (repeatable)",
+    )
     sp.add_argument("--propose", help="a new insight to add")
     sp.add_argument("--feedback")
     sp.add_argument("--final-answer")

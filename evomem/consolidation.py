@@ -27,7 +27,6 @@ from schemas.models import utcnow
 log = get_logger("evomem.consolidation")
 
 
-
 @dataclass
 class ConsolidationReport:
     events: int = 0
@@ -49,9 +48,13 @@ class ConsolidationReport:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "events": self.events, "applied": self.applied, "replayed": self.replayed,
-            "dead_lettered": self.dead_lettered, "deferred": self.deferred,
-            "operations": dict(self.operations), "outcomes": dict(self.outcomes),
+            "events": self.events,
+            "applied": self.applied,
+            "replayed": self.replayed,
+            "dead_lettered": self.dead_lettered,
+            "deferred": self.deferred,
+            "operations": dict(self.operations),
+            "outcomes": dict(self.outcomes),
         }
 
 
@@ -66,7 +69,11 @@ class _Work:
 
 class Consolidator:
     def __init__(
-        self, graph: GraphStore, stream: EventStream, controller: Controller, settings: Settings,
+        self,
+        graph: GraphStore,
+        stream: EventStream,
+        controller: Controller,
+        settings: Settings,
         max_deliveries: int = 5,
     ) -> None:
         self.graph = graph
@@ -101,9 +108,13 @@ class Consolidator:
         work = self._decide(work, report)
         plans = [
             plan_edits(
-                w.event, w.decision, retrieved=w.retrieved, similar=w.similar,
+                w.event,
+                w.decision,
+                retrieved=w.retrieved,
+                similar=w.similar,
                 allowed_operations=self.settings.allowed_operations,
-                archive_policy=self.settings.archive_policy, archive_ratio=self.settings.archive_ratio,
+                archive_policy=self.settings.archive_policy,
+                archive_ratio=self.settings.archive_ratio,
                 at=utcnow(),
             )
             for w in work
@@ -126,16 +137,25 @@ class Consolidator:
         has taken its workers down with it each time; it goes to the dead letters, unprocessed."""
         if entry.deliveries <= self.max_deliveries:
             return True
-        self._dead_letter(entry, f"event: delivered {entry.deliveries} times and never acknowledged "
-                          "(its worker died or timed out each time)", "event", report)
+        self._dead_letter(
+            entry,
+            f"event: delivered {entry.deliveries} times and never acknowledged "
+            "(its worker died or timed out each time)",
+            "event",
+            report,
+        )
         return False
 
     def _prepare(self, entries: Sequence[Entry], report: ConsolidationReport) -> list[_Work]:
         parsed: list[tuple[Entry, TaskEvent]] = []
         for entry in entries:
             if entry.raw is None:
-                self._dead_letter(entry, "event: the entry was trimmed from the stream before it was consumed",
-                                  "event", report)
+                self._dead_letter(
+                    entry,
+                    "event: the entry was trimmed from the stream before it was consumed",
+                    "event",
+                    report,
+                )
                 continue
             try:
                 parsed.append((entry, TaskEvent.model_validate_json(entry.raw)))
@@ -150,8 +170,12 @@ class Consolidator:
             record = records.get(event.retrieval_id or "")
             if record is not None:
                 if record.namespace != event.namespace:
-                    self._dead_letter(entry, f"retrieval_id: retrieval {event.retrieval_id} belongs to another "
-                                      "namespace", "retrieval_id", report)
+                    self._dead_letter(
+                        entry,
+                        f"retrieval_id: retrieval {event.retrieval_id} belongs to another namespace",
+                        "retrieval_id",
+                        report,
+                    )
                     continue
                 retrieved = [*record.insight_ids, *retrieved]
                 similar = list(record.similar)
@@ -175,9 +199,13 @@ class Consolidator:
             if bad is None:
                 kept.append(w)
                 continue
-            fld = (f"insight_feedback[{bad}]" if bad in w.event.insight_feedback
-                   else f"retrieved_insight_ids[{bad}]" if bad in w.event.retrieved_insight_ids
-                   else "retrieval_id")
+            fld = (
+                f"insight_feedback[{bad}]"
+                if bad in w.event.insight_feedback
+                else f"retrieved_insight_ids[{bad}]"
+                if bad in w.event.retrieved_insight_ids
+                else "retrieval_id"
+            )
             err = InvalidEventError(fld, f"no insight {bad!r} in namespace {w.event.namespace!r}")
             self._dead_letter(w.entry, str(err), fld, report)
         return kept
@@ -197,8 +225,9 @@ class Consolidator:
             return work
         nodes = self.graph.insights({i for w in undecided for i in w.retrieved})
         inputs = [
-            DecisionInput(w.event, tuple(nodes[i] for i in w.retrieved if i in nodes),
-                          self.settings.allowed_operations)
+            DecisionInput(
+                w.event, tuple(nodes[i] for i in w.retrieved if i in nodes), self.settings.allowed_operations
+            )
             for w in undecided
         ]
         decided = controllers.decide(inputs, self.controller)
@@ -217,7 +246,9 @@ class Consolidator:
     def _failed(self, entry: Entry, exc: Exception, report: ConsolidationReport) -> None:
         if entry.deliveries >= self.max_deliveries:
             reason, fld = reason_of(exc)
-            self._dead_letter(entry, f"apply failed after {entry.deliveries} deliveries: {reason}", fld, report)
+            self._dead_letter(
+                entry, f"apply failed after {entry.deliveries} deliveries: {reason}", fld, report
+            )
         else:
             report.deferred += 1
             log.warning("event.apply_failed", entry_id=entry.id, deliveries=entry.deliveries, error=str(exc))
@@ -225,8 +256,12 @@ class Consolidator:
     def _undecided(self, entry: Entry, failure: DecisionFailure, report: ConsolidationReport) -> None:
         if failure.transient and entry.deliveries < self.max_deliveries:
             report.deferred += 1
-            log.warning("event.decision_deferred", entry_id=entry.id, deliveries=entry.deliveries,
-                        reason=failure.reason)
+            log.warning(
+                "event.decision_deferred",
+                entry_id=entry.id,
+                deliveries=entry.deliveries,
+                reason=failure.reason,
+            )
             return
         after = f" after {entry.deliveries} deliveries" if failure.transient else ""
         self._dead_letter(entry, f"controller{after}: {failure.reason}", None, report)

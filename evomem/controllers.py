@@ -80,8 +80,14 @@ def explicit_edits(event: TaskEvent) -> list[InsightEdit]:
     edits = []
     for insight_id, verdict in event.insight_feedback.items():
         if isinstance(verdict, PartialVerdict):
-            edits.append(InsightEdit(insight_id=insight_id, operation="REVISE",
-                                     revised_insight_text=verdict.revised_text, decided_by="feedback"))
+            edits.append(
+                InsightEdit(
+                    insight_id=insight_id,
+                    operation="REVISE",
+                    revised_insight_text=verdict.revised_text,
+                    decided_by="feedback",
+                )
+            )
         else:
             op = "KEEP" if verdict == "helpful" else "ARCHIVE"
             edits.append(InsightEdit(insight_id=insight_id, operation=op, decided_by="feedback"))
@@ -126,8 +132,9 @@ def make_controller(settings: Settings | str, client: redis.Redis | None = None)
     if kind == "rules" or (kind == "auto" and (isinstance(settings, str) or not llm_configured(settings))):
         return RuleController()
     if isinstance(settings, str) or client is None:
-        raise ConfigError("the LLM controller needs the settings and a Redis client: "
-                          "make_controller(settings, redis)")
+        raise ConfigError(
+            "the LLM controller needs the settings and a Redis client: make_controller(settings, redis)"
+        )
     if not llm_configured(settings):
         raise ConfigError("EVOMEM_CONTROLLER=llm needs EVOMEM_LLM_BASE_URL or EVOMEM_LLM_API_KEY")
     from evomem.llm.controller import LLMController  # openai is imported only when an LLM judges

@@ -46,10 +46,10 @@ class PlannedEdit(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     op: PlanOp
-    insight_id: str | None = None   # the existing node (KEEP/ARCHIVE/REVISE)
-    new_id: str | None = None       # the node created (REVISE/ADD)
-    text: str | None = None         # κ′ or κ̂
-    text_key: str | None = None     # digest of the normalised text, for ADD de-duplication
+    insight_id: str | None = None  # the existing node (KEEP/ARCHIVE/REVISE)
+    new_id: str | None = None  # the node created (REVISE/ADD)
+    text: str | None = None  # κ′ or κ̂
+    text_key: str | None = None  # digest of the normalised text, for ADD de-duplication
     decided_by: str
 
 
@@ -64,8 +64,8 @@ class EditPlan(BaseModel):
     query_text: str
     status: Literal["resolved", "failed"]
     trajectory_json: str
-    similar: list[str] | None       # Qˢ of this query, linked both ways; None: unknown, the projector links it
-    retrieved: list[str]            # I_t^ret, for the edge update
+    similar: list[str] | None  # Qˢ of this query, linked both ways; None: unknown, the projector links it
+    retrieved: list[str]  # I_t^ret, for the edge update
     edits: list[PlannedEdit]
     archive_policy: Literal["evidence", "immediate"]
     archive_ratio: float
@@ -129,7 +129,9 @@ def plan_edits(
                 )
             )
         else:
-            edits.append(PlannedEdit(op=edit.operation, insight_id=edit.insight_id, decided_by=edit.decided_by))
+            edits.append(
+                PlannedEdit(op=edit.operation, insight_id=edit.insight_id, decided_by=edit.decided_by)
+            )
     add = decision.add_new_insight
     if add.decision and add.new_insight_text:
         edits.append(

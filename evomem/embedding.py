@@ -23,7 +23,33 @@ DenseVec = list[float]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset(
-    "a an and are as at be by for from has in is it its of on or that the to was were will with".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "for",
+        "from",
+        "has",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "to",
+        "was",
+        "were",
+        "will",
+        "with",
+    ]
 )
 _CRC_W, _CRC_B, _CRC_C = zlib.crc32(b"w:"), zlib.crc32(b"b:"), zlib.crc32(b"c:")
 _TF_CACHED = 64
@@ -70,8 +96,9 @@ class HashingEmbedder:
                 raw = padded.encode()
                 grams += [crc(raw[i : i + n], _CRC_C) for n in sizes for i in range(len(raw) - n + 1)]
             else:
-                grams += [crc(padded[i : i + n].encode(), _CRC_C) for n in sizes
-                          for i in range(len(padded) - n + 1)]
+                grams += [
+                    crc(padded[i : i + n].encode(), _CRC_C) for n in sizes for i in range(len(padded) - n + 1)
+                ]
         counts.update(grams)
         return counts
 

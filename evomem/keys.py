@@ -8,12 +8,12 @@ from __future__ import annotations
 
 PREFIX = "em"
 
-EVENTS_STREAM = f"{PREFIX}:events"          # task events, field "event" = JSON document
-CHANGES_STREAM = f"{PREFIX}:changes"        # (kind, id, version) of every changed node, for projectors
-HISTORY_STREAM = f"{PREFIX}:history"        # append-only edit history, one entry per applied edit
-DLQ_STREAM = f"{PREFIX}:dlq"                # dead letters, with the reason
+EVENTS_STREAM = f"{PREFIX}:events"  # task events, field "event" = JSON document
+CHANGES_STREAM = f"{PREFIX}:changes"  # (kind, id, version) of every changed node, for projectors
+HISTORY_STREAM = f"{PREFIX}:history"  # append-only edit history, one entry per applied edit
+DLQ_STREAM = f"{PREFIX}:dlq"  # dead letters, with the reason
 CONSUMER_GROUP = "consolidators"
-NAMESPACES = f"{PREFIX}:namespaces"         # set of namespaces ever written
+NAMESPACES = f"{PREFIX}:namespaces"  # set of namespaces ever written
 
 QUERY_COLLECTION = "evomem_queries"
 INSIGHT_COLLECTION = "evomem_insights"
@@ -85,7 +85,7 @@ def llm_limit(scope: str, kind: str) -> str:
     return f"{PREFIX}:llm:limit:{scope}:{kind}"
 
 
-LLM_USAGE = f"{PREFIX}:llm:usage"           # hash of token counters per model, operation and failure kind
+LLM_USAGE = f"{PREFIX}:llm:usage"  # hash of token counters per model, operation and failure kind
 
 
 def llm_event_usage(event_id: str) -> str:

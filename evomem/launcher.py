@@ -7,6 +7,7 @@ files under ``DATA_DIR``; ``down`` stops them in the reverse order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -47,8 +48,9 @@ def _pids(run: Path) -> dict[str, int]:
 
 def _spawn(name: str, argv: list[str], run: Path, logs: Path) -> int:
     with open(logs / f"{name}.log", "ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     (run / f"{name}.pid").write_text(str(proc.pid))
     return proc.pid
 
@@ -69,8 +71,10 @@ def up(settings: Settings, workers: int, serve: bool = True) -> list[str]:
         lines.append(f"{name:<9} pid {pid}, log {logs / (name + '.log')}")
     if serve and "retrieval" not in running:
         pid = _spawn("retrieval", [*exe, "serve"], run, logs)
-        lines.append(f"retrieval pid {pid}, log {logs / 'retrieval.log'}, "
-                     f"http://{settings.http_host}:{settings.http_port}")
+        lines.append(
+            f"retrieval pid {pid}, log {logs / 'retrieval.log'}, "
+            f"http://{settings.http_host}:{settings.http_port}"
+        )
     return lines
 
 
@@ -78,17 +82,15 @@ def down(settings: Settings) -> list[str]:
     run, _ = _dirs(settings)
     lines = []
     pids = _pids(run)
-    for name, pid in pids.items():
+    for pid in pids.values():
         if _alive(pid):
             os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     for name, pid in pids.items():
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-            try:
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
         if _alive(pid):
             os.killpg(pid, signal.SIGKILL)
             lines.append(f"{name:<9} killed (did not stop in {STOP_TIMEOUT_S:.0f} s)")

@@ -19,8 +19,11 @@ def get_logger(name: str) -> Any:
     return structlog.wrap_logger(
         logging.getLogger(name),
         wrapper_class=structlog.stdlib.BoundLogger,
-        processors=[structlog.contextvars.merge_contextvars, structlog.stdlib.filter_by_level,
-                    structlog.stdlib.render_to_log_kwargs],
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.stdlib.filter_by_level,
+            structlog.stdlib.render_to_log_kwargs,
+        ],
     )
 
 
@@ -42,8 +45,12 @@ def configure_logging(level: str = "INFO", json: bool | None = None) -> None:
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=[
-        structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer]))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=shared,
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import redis
 from pydantic import ValidationError
 
 from evomem import keys
@@ -56,8 +55,13 @@ class Memory:
     ``EVOMEM_REDIS_URL`` / ``EVOMEM_QDRANT_URL`` to use servers instead.
     """
 
-    def __init__(self, settings: Settings, client: Client, index: VectorIndex | None,
-                 embedded: EmbeddedRedis | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        client: Client,
+        index: VectorIndex | None,
+        embedded: EmbeddedRedis | None = None,
+    ) -> None:
         self.settings = settings
         self.redis = client
         self._embedded = embedded
@@ -67,12 +71,14 @@ class Memory:
         self.embedder = make_embedder(settings)
         self.controller = make_controller(settings, client)
         self._retriever = Retriever(self.graph, index, self.embedder, settings) if index else None
-        self.projector = (Projector(self.graph, index, self.embedder, client, link_k=settings.top_k)
-                          if index else None)
+        self.projector = (
+            Projector(self.graph, index, self.embedder, client, link_k=settings.top_k) if index else None
+        )
         self._follower: threading.Thread | None = None
         self._stop = threading.Event()
-        self.consolidator = Consolidator(self.graph, self.stream, self.controller, settings,
-                                         max_deliveries=settings.max_deliveries)
+        self.consolidator = Consolidator(
+            self.graph, self.stream, self.controller, settings, max_deliveries=settings.max_deliveries
+        )
         self.consumer = settings.consumer_name or f"{socket.gethostname()}-{os.getpid()}"
         self._closed = False
         if self.projector is not None:
@@ -111,8 +117,10 @@ class Memory:
 
             held_by = service_url(settings.data_dir)
             if held_by:
-                raise StoreLockedError(f"the embedded Qdrant store is held by the retrieval service at {held_by}; "
-                                       f"set EVOMEM_URL={held_by} to use it") from None
+                raise StoreLockedError(
+                    f"the embedded Qdrant store is held by the retrieval service at {held_by}; "
+                    f"set EVOMEM_URL={held_by} to use it"
+                ) from None
             raise exc from None
         except Exception:
             client.close()
@@ -133,27 +141,39 @@ class Memory:
         if self.projector is None or self._follower is not None:
             return
         projector = self.projector
-        self._follower = threading.Thread(target=projector.follow, args=(self._stop,), name="evomem-projector",
-                                          daemon=True)
+        self._follower = threading.Thread(
+            target=projector.follow, args=(self._stop,), name="evomem-projector", daemon=True
+        )
         self._follower.start()
 
     # -- the agent's calls -------------------------------------------------------------------
-    def retrieve(self, query: str, namespace: str = "default", *, top_k: int | None = None,
-                 budget: int | None = None) -> Retrieval:
+    def retrieve(
+        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+    ) -> Retrieval:
         """Insights for a task, ranked by support minus the conflict penalty (paper Eq. 2-10)."""
         if not query.strip():
             raise InvalidEventError("query", "must not be empty")
         return self.retriever.retrieve(query, namespace, top_k=top_k, budget=budget)
 
-    def report(self, retrieval: Retrieval | TaskEvent | None = None, *, status: str | None = None,
-               namespace: str | None = None, query: str | None = None, **fields: Any) -> str:
+    def report(
+        self,
+        retrieval: Retrieval | TaskEvent | None = None,
+        *,
+        status: str | None = None,
+        namespace: str | None = None,
+        query: str | None = None,
+        **fields: Any,
+    ) -> str:
         """Publish the outcome of a task and return its event id at once; consolidation happens later.
 
         Takes the ``Retrieval`` the task used plus the outcome fields of the task event, or a whole
         ``TaskEvent``. Raises ``InvalidEventError`` naming the field when the event is malformed.
         """
-        event = retrieval if isinstance(retrieval, TaskEvent) else build_event(retrieval, status, namespace,
-                                                                               query, fields)
+        event = (
+            retrieval
+            if isinstance(retrieval, TaskEvent)
+            else build_event(retrieval, status, namespace, query, fields)
+        )
         if self._retriever is not None:
             self._retriever.flush()  # the retrieval record this report refers to is written first
         self.stream.publish(event)
@@ -194,9 +214,15 @@ class Memory:
         """An insight with its evidence, state, version and revision lineage."""
         node = self.graph.insights([insight_id]).get(insight_id)
         if node is None or (namespace is not None and node.namespace != namespace):
-            raise NotFoundError(f"no insight {insight_id!r}" + (f" in namespace {namespace!r}" if namespace else ""))
-        return InsightView(node, tuple(self.graph.lineage(insight_id)), tuple(self.graph.edges_into(insight_id)),
-                           tuple(self.graph.history(insight_id)))
+            raise NotFoundError(
+                f"no insight {insight_id!r}" + (f" in namespace {namespace!r}" if namespace else "")
+            )
+        return InsightView(
+            node,
+            tuple(self.graph.lineage(insight_id)),
+            tuple(self.graph.edges_into(insight_id)),
+            tuple(self.graph.history(insight_id)),
+        )
 
     def insights(self, namespace: str, state: str | None = None) -> list[InsightNode]:
         """Every insight of a namespace (for inspection and export; not for the hot path)."""
@@ -215,8 +241,11 @@ class Memory:
                 "active": active,
                 "archived": len(states) - active,
             }
-        out: dict[str, Any] = {"stream": self.stream.info(), "namespaces": per_ns,
-                               "projectors": self.projector_lags()}
+        out: dict[str, Any] = {
+            "stream": self.stream.info(),
+            "namespaces": per_ns,
+            "projectors": self.projector_lags(),
+        }
         if self.projector is not None and self.index is not None:
             out["projector_lag"] = self.projector.lag()
             out["index"] = {"queries": self.index.count("query"), "insights": self.index.count("insight")}
@@ -231,7 +260,7 @@ class Memory:
             if cursor is None:
                 continue
             pending = self.redis.xrange(keys.CHANGES_STREAM, min=f"({cursor.decode()}", max="+", count=cap)
-            lags[key.decode()[len(prefix):]] = len(pending)
+            lags[key.decode()[len(prefix) :]] = len(pending)
         return lags
 
     def close(self) -> None:
@@ -252,13 +281,19 @@ class Memory:
     def __enter__(self) -> Memory:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 
-def build_event(retrieval: Retrieval | None, status: str | None, namespace: str | None, query: str | None,
-                fields: Mapping[str, Any]) -> TaskEvent:
+def build_event(
+    retrieval: Retrieval | None,
+    status: str | None,
+    namespace: str | None,
+    query: str | None,
+    fields: Mapping[str, Any],
+) -> TaskEvent:
     """The task event for ``report``: the retrieval's namespace, query and served ids, plus the
     outcome fields; ``InvalidEventError`` names the first field that is wrong."""
     doc: dict[str, Any] = dict(fields)

@@ -24,7 +24,9 @@ class EditOutcome:
 
     op: str
     insight_id: str | None
-    outcome: str  # kept forwarded evidence_only negative_evidence archived revised merged added duplicate rejected
+    outcome: (
+        str  # kept forwarded evidence_only negative_evidence archived revised merged added duplicate rejected
+    )
     new_id: str | None = None
     forwarded_to: str | None = None
 
@@ -32,7 +34,7 @@ class EditOutcome:
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
     event_id: str
-    replayed: bool                  # True when the event had been applied before: nothing changed
+    replayed: bool  # True when the event had been applied before: nothing changed
     outcomes: tuple[EditOutcome, ...] = ()
     created: tuple[str, ...] = ()
 

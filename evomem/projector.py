@@ -34,8 +34,14 @@ class ProjectionReport:
 
 
 class Projector:
-    def __init__(self, graph: GraphStore, index: VectorIndex, embedder: Embedder, cursor_store: Client | None,
-                 link_k: int = 5):
+    def __init__(
+        self,
+        graph: GraphStore,
+        index: VectorIndex,
+        embedder: Embedder,
+        cursor_store: Client | None,
+        link_k: int = 5,
+    ):
         self.link_k = link_k
         self.graph = graph
         self.index = index
@@ -84,7 +90,9 @@ class Projector:
         # one at a time, so that queries of the same batch can find each other
         for q, v in zip(nodes, vectors, strict=True):
             if q.id in pending:
-                similar = [s for s, _ in self.index.search_queries(v, q.namespace, self.link_k + 1) if s != q.id]
+                similar = [
+                    s for s, _ in self.index.search_queries(v, q.namespace, self.link_k + 1) if s != q.id
+                ]
                 self.graph.link_queries(q.id, similar[: self.link_k])
                 self.index.upsert_queries([(q, v)])
         return len(nodes)

@@ -6,6 +6,7 @@ connects to the running server instead of starting another.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -77,14 +78,39 @@ class EmbeddedRedis:
         if len(str(self.socket)) > 100:
             raise ConfigError(f"DATA_DIR path too long for a unix socket: {self.socket}")
         args = [
-            _executable(), "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-            "--dir", str(self.dir), "--appendonly", "yes", "--appendfsync", "everysec",
-            "--save", "", "--maxmemory-policy", "noeviction", "--pidfile", str(self.pidfile),
-            "--daemonize", "yes", "--logfile", str(self.dir / "redis.log"),
+            _executable(),
+            "--port",
+            "0",
+            "--unixsocket",
+            str(self.socket),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.dir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--maxmemory-policy",
+            "noeviction",
+            "--pidfile",
+            str(self.pidfile),
+            "--daemonize",
+            "yes",
+            "--logfile",
+            str(self.dir / "redis.log"),
         ]
         # the server daemonizes itself, so it is nobody's child and outlives the opener if asked to
-        subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       check=False, timeout=START_TIMEOUT_S)
+        subprocess.run(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+            timeout=START_TIMEOUT_S,
+        )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.running():
@@ -106,18 +132,21 @@ class EmbeddedRedis:
             time.sleep(0.02)
 
     def _kill(self) -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             os.kill(int(self.pidfile.read_text().strip()), signal.SIGTERM)
-        except (OSError, ValueError):
-            pass
 
 
 def connect(url: str) -> Client:
     """A client for any Redis URL (``redis://``, ``rediss://``, ``unix://``). Retries are few and
     short: a call on an agent's path should fail over (or fail open) fast, not back off for seconds."""
     try:
-        return redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=2, health_check_interval=30,
-                                    retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), 2))
+        return redis.Redis.from_url(
+            url,
+            socket_timeout=30,
+            socket_connect_timeout=2,
+            health_check_interval=30,
+            retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), 2),
+        )
     except ValueError as exc:
         raise ConfigError(f"EVOMEM_REDIS_URL is not a Redis URL: {exc}") from None
 

@@ -83,20 +83,35 @@ class RemoteMemory:
         raise EvomemError(f"HTTP {response.status}: {message}")
 
     # -- the same calls as Memory ----------------------------------------------------------------
-    def retrieve(self, query: str, namespace: str = "default", *, top_k: int | None = None,
-                 budget: int | None = None) -> Retrieval:
+    def retrieve(
+        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+    ) -> Retrieval:
         body = {"query": query, "namespace": namespace, "top_k": top_k, "budget": budget}
         doc = self._call("POST", "/v1/retrieve", {k: v for k, v in body.items() if v is not None})
-        insights = tuple(ScoredInsight(i["id"], i["text"], i["score"], i["support"], i["conflict"])
-                         for i in doc["insights"])
-        return Retrieval(doc["retrieval_id"], doc["namespace"], query, insights, tuple(doc["similar_queries"]), 0)
+        insights = tuple(
+            ScoredInsight(i["id"], i["text"], i["score"], i["support"], i["conflict"])
+            for i in doc["insights"]
+        )
+        return Retrieval(
+            doc["retrieval_id"], doc["namespace"], query, insights, tuple(doc["similar_queries"]), 0
+        )
 
-    def report(self, retrieval: Retrieval | TaskEvent | None = None, *, status: str | None = None,
-               namespace: str | None = None, query: str | None = None, **fields: Any) -> str:
+    def report(
+        self,
+        retrieval: Retrieval | TaskEvent | None = None,
+        *,
+        status: str | None = None,
+        namespace: str | None = None,
+        query: str | None = None,
+        **fields: Any,
+    ) -> str:
         from evomem.memory import build_event
 
-        event = retrieval if isinstance(retrieval, TaskEvent) else build_event(retrieval, status, namespace, query,
-                                                                                fields)
+        event = (
+            retrieval
+            if isinstance(retrieval, TaskEvent)
+            else build_event(retrieval, status, namespace, query, fields)
+        )
         return str(self._call("POST", "/v1/events", event.model_dump_json())["event_id"])
 
     def consolidate(self, max_events: int | None = None) -> ConsolidationReport:
@@ -120,8 +135,9 @@ class RemoteMemory:
     def __enter__(self) -> RemoteMemory:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 

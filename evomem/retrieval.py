@@ -92,16 +92,18 @@ def rank_insights(
     for n, cand in enumerate(candidates):
         if not cand.active:
             continue
-        s = _overlap(cand.positive, expanded)                   # support, Eq. 9
+        s = _overlap(cand.positive, expanded)  # support, Eq. 9
         if s == 0:
             continue
-        c = _overlap(cand.negative, expanded)                   # conflict, Eq. 9
-        r = conflict_penalized_score(s, c, lam)                 # Eq. 8
+        c = _overlap(cand.negative, expanded)  # conflict, Eq. 9
+        r = conflict_penalized_score(s, c, lam)  # Eq. 8
         if r > 0:
             scored.append((-r, -s, cand.id, n, c, cand))
     scored.sort()
-    return [ScoredInsight(cand.id, cand.text, -neg_r, -neg_s, c, cand.version)
-            for neg_r, neg_s, _, _, c, cand in scored[:budget]]
+    return [
+        ScoredInsight(cand.id, cand.text, -neg_r, -neg_s, c, cand.version)
+        for neg_r, neg_s, _, _, c, cand in scored[:budget]
+    ]
 
 
 def _overlap(evidence: Collection[str], expanded: Collection[str]) -> int:

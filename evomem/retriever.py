@@ -53,19 +53,32 @@ class Retriever:
         vector = self.embedder.embed([query])[0]
         return [q for q, _ in self.index.search_queries(vector, namespace, k or self.settings.top_k)]
 
-    def retrieve(self, query: str, namespace: str, *, top_k: int | None = None, budget: int | None = None,
-                 hops: int | None = None, record: bool = True) -> Retrieval:
+    def retrieve(
+        self,
+        query: str,
+        namespace: str,
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        hops: int | None = None,
+        record: bool = True,
+    ) -> Retrieval:
         s = self.settings
-        similar = self.similar_queries(namespace, query, top_k)                                  # Eq. 2
-        expansion = expand_neighbours(similar, self.graph.neighbours, s.hops if hops is None else hops)  # Eq. 3-4
-        candidates = self.index.candidate_insights(namespace, expansion.expanded, CANDIDATE_LIMIT)   # Eq. 7
-        ranked = rank_insights(candidates, expansion.expanded, s.lambda_, budget or s.budget)     # Eq. 8-10
-        retrieval = Retrieval(str(uuid.uuid4()), namespace, query, tuple(ranked), tuple(similar),
-                              len(expansion.expanded))
+        similar = self.similar_queries(namespace, query, top_k)  # Eq. 2
+        expansion = expand_neighbours(
+            similar, self.graph.neighbours, s.hops if hops is None else hops
+        )  # Eq. 3-4
+        candidates = self.index.candidate_insights(namespace, expansion.expanded, CANDIDATE_LIMIT)  # Eq. 7
+        ranked = rank_insights(candidates, expansion.expanded, s.lambda_, budget or s.budget)  # Eq. 8-10
+        retrieval = Retrieval(
+            str(uuid.uuid4()), namespace, query, tuple(ranked), tuple(similar), len(expansion.expanded)
+        )
         if record:
             # off the agent's path: the record is only read when the report is consolidated, and
             # report() waits for pending records first (``flush``)
-            rec = RetrievalRecord(retrieval.id, namespace, query, retrieval.similar, tuple(i.id for i in ranked))
+            rec = RetrievalRecord(
+                retrieval.id, namespace, query, retrieval.similar, tuple(i.id for i in ranked)
+            )
             self._pending.append(self._recorder.submit(self._save, rec))
         return retrieval
 

@@ -33,7 +33,9 @@ class Settings(BaseSettings):
     hops: int = Field(1, ge=0, le=4, description="query-graph expansion depth (Eq. 3)")
     budget: int = Field(3, ge=1, le=100, description="insights served at most (B, Eq. 10)")
     lambda_: float = Field(
-        1.0, ge=0.0, validation_alias=AliasChoices("EVOMEM_LAMBDA", "lambda_", "lambda"),
+        1.0,
+        ge=0.0,
+        validation_alias=AliasChoices("EVOMEM_LAMBDA", "lambda_", "lambda"),
         description="conflict penalty weight (λ, Eq. 8)",
     )
     operations: OperationsMode = "all"
@@ -71,7 +73,9 @@ class Settings(BaseSettings):
     llm_price_completion_per_1k: float | None = Field(None, ge=0, description="USD per 1k completion tokens")
     duplicate_threshold: float = Field(0.9, gt=0, le=1, description="cosine over which an ADD is a duplicate")
 
-    stream_maxlen: int = Field(1_000_000, ge=1, description="length past which acknowledged events are trimmed")
+    stream_maxlen: int = Field(
+        1_000_000, ge=1, description="length past which acknowledged events are trimmed"
+    )
     retrieval_ttl_s: int = Field(86_400, ge=60, description="how long a retrieval can be reported on")
     consumer_name: str | None = None
 

@@ -50,8 +50,13 @@ def _s(v: Any) -> str:
 
 
 class EventStream:
-    def __init__(self, client: Client, maxlen: int = 1_000_000, stream: str = keys.EVENTS_STREAM,
-                 group: str = keys.CONSUMER_GROUP) -> None:
+    def __init__(
+        self,
+        client: Client,
+        maxlen: int = 1_000_000,
+        stream: str = keys.EVENTS_STREAM,
+        group: str = keys.CONSUMER_GROUP,
+    ) -> None:
         self.r = client
         self.maxlen = maxlen
         self.stream = stream
@@ -64,16 +69,23 @@ class EventStream:
         doc = event.model_dump_json()
         named = event.named_insight_ids()
         try:
-            res = _s(self._publish(keys=[self.stream], args=[event.namespace, keys.PREFIX, self.maxlen, doc,
-                                                             event.query_id or "", *named]))
+            res = _s(
+                self._publish(
+                    keys=[self.stream],
+                    args=[event.namespace, keys.PREFIX, self.maxlen, doc, event.query_id or "", *named],
+                )
+            )
         except redis.ConnectionError as exc:
             raise TransientError("redis unreachable; the event was not published") from exc
         if res.startswith("badq:"):
             raise InvalidEventError("query_id", f"query {res[5:]!r} belongs to another namespace")
         if res.startswith("bad:"):
             bad = res[4:]
-            field = (f"insight_feedback[{bad}]" if bad in event.insight_feedback
-                     else f"retrieved_insight_ids[{event.retrieved_insight_ids.index(bad)}]")
+            field = (
+                f"insight_feedback[{bad}]"
+                if bad in event.insight_feedback
+                else f"retrieved_insight_ids[{event.retrieved_insight_ids.index(bad)}]"
+            )
             raise InvalidEventError(field, f"no insight {bad!r} in namespace {event.namespace!r}")
         return res[3:]
 
@@ -91,18 +103,25 @@ class EventStream:
                 raise
         self._group_ready = True
 
-    def read(self, consumer: str, count: int, block_ms: int | None = None, pending_first: bool = True) -> list[Entry]:
+    def read(
+        self, consumer: str, count: int, block_ms: int | None = None, pending_first: bool = True
+    ) -> list[Entry]:
         """A batch for ``consumer``: its own unacknowledged entries first, then new ones."""
         self.ensure_group()
         entries: list[Entry] = []
         try:
             if pending_first:
-                entries = self._parse(self.r.xreadgroup(self.group, consumer, {self.stream: "0"}, count=count))
+                entries = self._parse(
+                    self.r.xreadgroup(self.group, consumer, {self.stream: "0"}, count=count)
+                )
                 if entries:
                     return self._with_deliveries(entries)
             # BLOCK 0 would wait forever: no wait at all is "no BLOCK"
-            return self._parse(self.r.xreadgroup(self.group, consumer, {self.stream: ">"}, count=count,
-                                                 block=block_ms or None))
+            return self._parse(
+                self.r.xreadgroup(
+                    self.group, consumer, {self.stream: ">"}, count=count, block=block_ms or None
+                )
+            )
         except redis.ConnectionError as exc:
             raise TransientError("redis unreachable while reading events") from exc
 
@@ -115,8 +134,9 @@ class EventStream:
         return out
 
     def _with_deliveries(self, entries: list[Entry]) -> list[Entry]:
-        pending = self.r.xpending_range(self.stream, self.group, min=entries[0].id, max=entries[-1].id,
-                                        count=len(entries) * 2)
+        pending = self.r.xpending_range(
+            self.stream, self.group, min=entries[0].id, max=entries[-1].id, count=len(entries) * 2
+        )
         counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
         return [Entry(e.id, e.raw, counts.get(e.id, 1)) for e in entries]
 
@@ -166,8 +186,14 @@ class EventStream:
 
     def dead_letter(self, entry: Entry, reason: str, field: str | None = None) -> None:
         """Move an entry to the dead-letter stream with its reason, and ack it, atomically."""
-        doc = {"source_id": entry.id, "reason": reason, "field": field or "", "deliveries": str(entry.deliveries),
-               "at": str(time.time()), "event": entry.raw if entry.raw is not None else b""}
+        doc = {
+            "source_id": entry.id,
+            "reason": reason,
+            "field": field or "",
+            "deliveries": str(entry.deliveries),
+            "at": str(time.time()),
+            "event": entry.raw if entry.raw is not None else b"",
+        }
         pipe = self.r.pipeline(transaction=True)
         pipe.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
         pipe.xack(self.stream, self.group, entry.id)

@@ -29,10 +29,13 @@ _PUT_INSIGHT = """
 local P, id, doc = ARGV[1], ARGV[2], cjson.decode(ARGV[3])
 local key = P .. ':ins:' .. id
 local have = redis.call('HGET', key, 'namespace')
-if have and have ~= doc.namespace then return redis.error_reply('namespace: insight ' .. id .. ' exists elsewhere') end
+if have and have ~= doc.namespace then
+  return redis.error_reply('namespace: insight ' .. id .. ' exists elsewhere')
+end
 if have and tonumber(redis.call('HGET', key, 'version')) >= doc.version then return 0 end
-redis.call('HSET', key, 'namespace', doc.namespace, 'text', doc.text, 'state', doc.state, 'version', doc.version,
-  'created_by_event', doc.created_by_event, 'created_at', doc.created_at, 'updated_at', doc.updated_at)
+redis.call('HSET', key, 'namespace', doc.namespace, 'text', doc.text, 'state', doc.state,
+  'version', doc.version, 'created_by_event', doc.created_by_event, 'created_at', doc.created_at,
+  'updated_at', doc.updated_at)
 if doc.revised_from ~= cjson.null then redis.call('HSET', key, 'revised_from', doc.revised_from) end
 if doc.revised_to ~= cjson.null then redis.call('HSET', key, 'revised_to', doc.revised_to) end
 for _, q in ipairs(doc.positive) do redis.call('SADD', key .. ':pos', q) end
@@ -43,7 +46,9 @@ if redis.call('EXISTS', key .. ':hist') == 0 then
 end
 redis.call('SADD', P .. ':namespaces', doc.namespace)
 redis.call('SADD', P .. ':ns:' .. doc.namespace .. ':insights', id)
-if doc.state == 'active' and doc.text_key then redis.call('HSET', P .. ':ns:' .. doc.namespace .. ':texts', doc.text_key, id) end
+if doc.state == 'active' and doc.text_key then
+  redis.call('HSET', P .. ':ns:' .. doc.namespace .. ':texts', doc.text_key, id)
+end
 redis.call('XADD', P .. ':changes', '*', 'kind', 'insight', 'id', id, 'version', doc.version)
 return 1
 """
@@ -52,7 +57,9 @@ _PUT_QUERY = """
 local P, id, doc = ARGV[1], ARGV[2], cjson.decode(ARGV[3])
 local key = P .. ':q:' .. id
 local have = redis.call('HGET', key, 'namespace')
-if have and have ~= doc.namespace then return redis.error_reply('namespace: query ' .. id .. ' exists elsewhere') end
+if have and have ~= doc.namespace then
+  return redis.error_reply('namespace: query ' .. id .. ' exists elsewhere')
+end
 for _, n in ipairs(doc.neighbours) do redis.call('SADD', key .. ':nbr', n) end
 if have then return 0 end
 redis.call('HSET', key, 'namespace', doc.namespace, 'text', doc.text, 'status', doc.status,
@@ -71,11 +78,18 @@ def export(graph: RedisGraphStore, namespaces: Iterable[str]) -> Iterator[dict[s
         query_ids = sorted(graph.query_ids(ns))
         neighbours = graph.neighbours(query_ids)
         for q in graph.queries(query_ids).values():
-            yield {"kind": "query", **q.model_dump(mode="json"), "neighbours": sorted(neighbours.get(q.id, ()))}
+            yield {
+                "kind": "query",
+                **q.model_dump(mode="json"),
+                "neighbours": sorted(neighbours.get(q.id, ())),
+            }
         for node in graph.insights(sorted(graph.insight_ids(ns))).values():
-            yield {"kind": "insight", **node.model_dump(mode="json"),
-                   "edges": [list(e) for e in graph.edges_into(node.id)],
-                   "history": [asdict(h) for h in graph.history(node.id)]}
+            yield {
+                "kind": "insight",
+                **node.model_dump(mode="json"),
+                "edges": [list(e) for e in graph.edges_into(node.id)],
+                "history": [asdict(h) for h in graph.history(node.id)],
+            }
 
 
 def write_jsonl(records: Iterable[dict[str, Any]], out: TextIO) -> int:
@@ -117,14 +131,23 @@ def _put(kind: str, record: dict[str, Any], put_query: Any, put_insight: Any) ->
     if kind == "query":
         neighbours = record.pop("neighbours", [])
         query = QueryNode.model_validate(record)
-        doc = {**query.model_dump(mode="json"), "neighbours": neighbours,
-               "trajectory_json": json.dumps(query.trajectory)}  # cjson would turn [] into {}
+        doc = {
+            **query.model_dump(mode="json"),
+            "neighbours": neighbours,
+            "trajectory_json": json.dumps(query.trajectory),
+        }  # cjson would turn [] into {}
         return "queries" if put_query(args=[keys.PREFIX, query.id, json.dumps(doc)]) else "skipped"
     if kind == "insight":
         edges, history = record.pop("edges", []), record.pop("history", [])
         node = InsightNode.model_validate(record)
-        doc = {**node.model_dump(mode="json"), "positive": sorted(node.positive), "negative": sorted(node.negative),
-               "edges": edges, "history": history, "text_key": text_key(node.text)}
+        doc = {
+            **node.model_dump(mode="json"),
+            "positive": sorted(node.positive),
+            "negative": sorted(node.negative),
+            "edges": edges,
+            "history": history,
+            "text_key": text_key(node.text),
+        }
         return "insights" if put_insight(args=[keys.PREFIX, node.id, json.dumps(doc)]) else "skipped"
     raise InvalidEventError("kind", f"unknown record kind {kind!r}")
 

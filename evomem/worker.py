@@ -11,8 +11,6 @@ import os
 import socket
 import time
 
-import redis
-
 from evomem.consolidation import ConsolidationReport, Consolidator
 from evomem.controllers import make_controller
 from evomem.logs import get_logger
@@ -41,8 +39,13 @@ class ConsolidationWorker:
         self.redis = client
         self.graph = RedisGraphStore(client)
         self.stream = EventStream(client, settings.stream_maxlen)
-        self.consolidator = Consolidator(self.graph, self.stream, make_controller(settings, client), settings,
-                                         max_deliveries=settings.max_deliveries)
+        self.consolidator = Consolidator(
+            self.graph,
+            self.stream,
+            make_controller(settings, client),
+            settings,
+            max_deliveries=settings.max_deliveries,
+        )
         self.consumer = consumer or settings.consumer_name or default_consumer()
 
     @classmethod
@@ -56,12 +59,20 @@ class ConsolidationWorker:
         s = self.settings
         entries = self.stream.claim_stale(self.consumer, s.claim_idle_ms, s.batch_size)
         if not entries:
-            entries = self.stream.read(self.consumer, s.batch_size, s.batch_wait_ms if block_ms is None else block_ms)
+            entries = self.stream.read(
+                self.consumer, s.batch_size, s.batch_wait_ms if block_ms is None else block_ms
+            )
         if not entries:
             return ConsolidationReport()
         report = self.consolidator.process(entries)
-        log.info("batch.consolidated", consumer=self.consumer, events=report.events, applied=report.applied,
-                 replayed=report.replayed, dead_lettered=report.dead_lettered)
+        log.info(
+            "batch.consolidated",
+            consumer=self.consumer,
+            events=report.events,
+            applied=report.applied,
+            replayed=report.replayed,
+            dead_lettered=report.dead_lettered,
+        )
         return report
 
     def drain(self, budget_s: float, block_ms: int | None = None) -> ConsolidationReport:

@@ -27,7 +27,9 @@ Namespace = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 ]
 NodeId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
-InsightText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_INSIGHT_CHARS)]
+InsightText = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_INSIGHT_CHARS)
+]
 TaskStatus = Literal["resolved", "failed"]
 InsightState = Literal["active", "archived"]
 Operation = Literal["KEEP", "ARCHIVE", "REVISE"]
@@ -55,7 +57,9 @@ TrajectoryStep = Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)] | 
 class TaskEvent(_Strict):
     """What an agent reports after a task: the input of consolidation (DESIGN §8)."""
 
-    event_id: uuid.UUID = Field(default_factory=uuid.uuid4, description="Made by the client; a replay keeps it.")
+    event_id: uuid.UUID = Field(
+        default_factory=uuid.uuid4, description="Made by the client; a replay keeps it."
+    )
     namespace: Namespace
     query: Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)]
     query_id: NodeId | None = None

@@ -25,11 +25,21 @@ SECRET = "sk-test-0123456789abcdefSECRET"
 def llm_settings(tmp_path: Path, redis_url: str, server: LLMTestServer, **overrides: Any) -> Settings:
     """The LLM controller against the test server, with retries that take milliseconds."""
     values: dict[str, Any] = {
-        "data_dir": tmp_path / "data", "redis_url": redis_url, "controller": "llm",
-        "llm_base_url": server.url, "llm_api_key": SECRET, "llm_tokenizer": "estimate",
-        "llm_timeout_s": 1.0, "llm_backoff_base_s": 0.005, "llm_backoff_max_s": 0.02,
-        "llm_transient_attempts": 2, "llm_max_attempts": 2, "llm_events_per_call": 8,
-        "max_deliveries": 3, "batch_wait_ms": 0, "archive_policy": "immediate",
+        "data_dir": tmp_path / "data",
+        "redis_url": redis_url,
+        "controller": "llm",
+        "llm_base_url": server.url,
+        "llm_api_key": SECRET,
+        "llm_tokenizer": "estimate",
+        "llm_timeout_s": 1.0,
+        "llm_backoff_base_s": 0.005,
+        "llm_backoff_max_s": 0.02,
+        "llm_transient_attempts": 2,
+        "llm_max_attempts": 2,
+        "llm_events_per_call": 8,
+        "max_deliveries": 3,
+        "batch_wait_ms": 0,
+        "archive_policy": "immediate",
     }
     values.update(overrides)
     return Settings(**values)
@@ -41,18 +51,36 @@ def seed(client: redis.Redis, namespace: str, texts: list[str]) -> list[str]:
     ids = []
     for text in texts:
         event = TaskEvent(namespace=namespace, query=f"seed: {text}", status="resolved")
-        decision = ControllerDecision(add_new_insight=AddDecision(decision=True, new_insight_text=text,
-                                                                  decided_by="seed"))
-        graph.apply(plan_edits(event, decision, retrieved=[], similar=[], allowed_operations={"KEEP"},
-                               archive_policy="immediate", archive_ratio=0.5, at=utcnow()))
+        decision = ControllerDecision(
+            add_new_insight=AddDecision(decision=True, new_insight_text=text, decided_by="seed")
+        )
+        graph.apply(
+            plan_edits(
+                event,
+                decision,
+                retrieved=[],
+                similar=[],
+                allowed_operations={"KEEP"},
+                archive_policy="immediate",
+                archive_ratio=0.5,
+                at=utcnow(),
+            )
+        )
         ids.append(added_insight_id(str(event.event_id)))
     return ids
 
 
-def publish(client: redis.Redis, namespace: str, query: str, status: str, insight_ids: list[str],
-            **fields: Any) -> TaskEvent:
-    event = TaskEvent(namespace=namespace, query=query, status=status,  # type: ignore[arg-type]
-                      retrieved_insight_ids=insight_ids, event_id=uuid.uuid4(), **fields)
+def publish(
+    client: redis.Redis, namespace: str, query: str, status: str, insight_ids: list[str], **fields: Any
+) -> TaskEvent:
+    event = TaskEvent(
+        namespace=namespace,
+        query=query,
+        status=status,  # type: ignore[arg-type]
+        retrieved_insight_ids=insight_ids,
+        event_id=uuid.uuid4(),
+        **fields,
+    )
     EventStream(client).publish(event)
     return event
 

@@ -59,10 +59,24 @@ class Workers:
     def start(self, n: int = 1, concurrency: int = 1) -> None:
         for _ in range(n):
             with open(self.log_dir / f"worker-{self.started}.log", "wb") as log:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "evomem.cli", "--log-level", "INFO", "worker", "-c", str(concurrency)],
-                    env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                ))
+                self.procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "evomem.cli",
+                            "--log-level",
+                            "INFO",
+                            "worker",
+                            "-c",
+                            str(concurrency),
+                        ],
+                        env=self.env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
             self.started += 1
 
     def children(self, proc: subprocess.Popen[bytes]) -> list[int]:
@@ -78,8 +92,11 @@ class Workers:
         mine = {p.pid for p in self.procs} | {c for p in self.procs for c in self.children(p)}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            busy = [(c["name"].decode() if isinstance(c["name"], bytes) else c["name"], int(c["pending"]))
-                    for c in client.xinfo_consumers("em:events", "consolidators") if int(c["pending"]) > 0]
+            busy = [
+                (c["name"].decode() if isinstance(c["name"], bytes) else c["name"], int(c["pending"]))
+                for c in client.xinfo_consumers("em:events", "consolidators")
+                if int(c["pending"]) > 0
+            ]
             for name, pending in busy:
                 pid = int(name.rsplit(":", 1)[1])
                 if pid in mine:
@@ -117,7 +134,9 @@ class Workers:
         self.procs.clear()
 
     def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(self.log_dir.glob("worker-*.log")))
+        return "\n".join(
+            p.read_text(errors="replace")[-3000:] for p in sorted(self.log_dir.glob("worker-*.log"))
+        )
 
 
 def event(namespace: str, query: str, status: str, **fields: Any) -> TaskEvent:
@@ -134,10 +153,18 @@ def serial_model(events: Iterable[TaskEvent], settings: Settings) -> InMemoryGra
             [DecisionInput(e, tuple(nodes[i] for i in retrieved if i in nodes), settings.allowed_operations)],
             RuleController(),
         )
-        store.apply(plan_edits(e, decision, retrieved=retrieved, similar=None,
-                               allowed_operations=settings.allowed_operations,
-                               archive_policy=settings.archive_policy, archive_ratio=settings.archive_ratio,
-                               at=utcnow()))
+        store.apply(
+            plan_edits(
+                e,
+                decision,
+                retrieved=retrieved,
+                similar=None,
+                allowed_operations=settings.allowed_operations,
+                archive_policy=settings.archive_policy,
+                archive_ratio=settings.archive_ratio,
+                at=utcnow(),
+            )
+        )
     return store
 
 
@@ -146,7 +173,9 @@ def graph_state(store: Any, namespace: str) -> dict[str, Any]:
     ids = sorted(store.insight_ids(namespace))
     nodes = store.insights(ids)
     return {
-        "insights": {i: (n.text, n.state, sorted(n.positive), sorted(n.negative), n.version) for i, n in nodes.items()},
+        "insights": {
+            i: (n.text, n.state, sorted(n.positive), sorted(n.negative), n.version) for i, n in nodes.items()
+        },
         "queries": sorted(store.query_ids(namespace)),
     }
 
@@ -162,7 +191,9 @@ def xadd_events(client: redis.Redis, events: Iterable[TaskEvent]) -> None:
     pipe.execute()
 
 
-def hot_events(rng: random.Random, namespace: str, hot: list[str], n: int, proposals: float = 0.1) -> list[TaskEvent]:
+def hot_events(
+    rng: random.Random, namespace: str, hot: list[str], n: int, proposals: float = 0.1
+) -> list[TaskEvent]:
     """Events that judge random subsets of a few hot insights, with contradicting verdicts, and
     sometimes propose a new insight with a unique text. Under the immediate policy, without REVISE,
     their final effect does not depend on the order they are applied in."""
@@ -170,10 +201,20 @@ def hot_events(rng: random.Random, namespace: str, hot: list[str], n: int, propo
     for i in range(n):
         named = rng.sample(hot, rng.randint(1, 3))
         verdicts = {h: rng.choice(["helpful", "helpful", "harmful"]) for h in named}
-        proposed = f"Lesson {uuid.UUID(int=rng.getrandbits(128))} learned on task {i}." if rng.random() < proposals \
+        proposed = (
+            f"Lesson {uuid.UUID(int=rng.getrandbits(128))} learned on task {i}."
+            if rng.random() < proposals
             else None
-        out.append(event(namespace, f"task {i}: verify claim {rng.randint(0, 10**6)}",
-                         rng.choice(["resolved", "failed"]), insight_feedback=verdicts, proposed_insight=proposed))
+        )
+        out.append(
+            event(
+                namespace,
+                f"task {i}: verify claim {rng.randint(0, 10**6)}",
+                rng.choice(["resolved", "failed"]),
+                insight_feedback=verdicts,
+                proposed_insight=proposed,
+            )
+        )
     return out
 
 

@@ -12,8 +12,9 @@ from evomem import demo
 ARMS = {"maintained", "append-only", "no memory"}
 
 
-def test_demo_json_reports_three_arms_and_a_maintained_memory(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_json_reports_three_arms_and_a_maintained_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A short run finishes, compares all three arms on the same tasks, and the maintained memory
     added, kept and archived (or collected negative evidence against) insights."""
     args = ["--tasks", "150", "--batch", "15", "--seed", "7", "--json", "--data-dir", str(tmp_path)]
@@ -36,8 +37,9 @@ def test_demo_json_reports_three_arms_and_a_maintained_memory(tmp_path: Path,
     assert (tmp_path / "maintained").is_dir() and (tmp_path / "append-only").is_dir()
 
 
-def test_demo_text_output_and_a_used_data_dir_is_refused(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_text_output_and_a_used_data_dir_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The readable run prints a progress line per phase and the final table; a second run into the
     same directory is refused instead of mixing two runs' memories."""
     assert demo.main(["--tasks", "60", "--phases", "2", "--data-dir", str(tmp_path)]) == 0

@@ -333,7 +333,9 @@ def test_a_failed_task_re_proposing_an_insight_adds_no_evidence_to_it(store: Gra
     assert g.node("A").version == 1
 
 
-def test_revising_into_the_text_of_an_active_insight_merges_instead_of_making_a_twin(store: GraphStore) -> None:
+def test_revising_into_the_text_of_an_active_insight_merges_instead_of_making_a_twin(
+    store: GraphStore,
+) -> None:
     """Two over-general insights revised to the same rule end as one active node with both
     evidence sets (Eq. 15's inherited Ω⁺ ∪ {q} joins the existing node)."""
     g = Graph(store)
@@ -713,7 +715,9 @@ def test_a_query_node_is_linked_both_ways_to_the_similar_queries_it_retrieved(st
     assert store.query_ids(NS) == {"q1", "q2", "q4"} and store.query_ids("other") == {"q3"}
 
 
-def test_a_query_reported_without_similar_queries_waits_for_the_projector_to_link_it(store: GraphStore) -> None:
+def test_a_query_reported_without_similar_queries_waits_for_the_projector_to_link_it(
+    store: GraphStore,
+) -> None:
     g = Graph(store)
     g.apply()
     store.apply(g.plan().model_copy(update={"similar": None}))

@@ -67,12 +67,28 @@ def query(qid: str, namespace: str = "ns") -> QueryNode:
     return QueryNode(id=qid, namespace=namespace, text=qid, status="resolved", event_id="e", created_at=NOW)
 
 
-def insight(iid: str, *, namespace: str = "ns", state: Literal["active", "archived"] = "active",
-            positive: tuple[str, ...] = (), negative: tuple[str, ...] = (), version: int = 1,
-            text: str | None = None) -> InsightNode:
-    return InsightNode(id=iid, namespace=namespace, text=text or f"{iid} v{version}", state=state,
-                       positive=frozenset(positive), negative=frozenset(negative), version=version,
-                       created_by_event="e", created_at=NOW, updated_at=NOW)
+def insight(
+    iid: str,
+    *,
+    namespace: str = "ns",
+    state: Literal["active", "archived"] = "active",
+    positive: tuple[str, ...] = (),
+    negative: tuple[str, ...] = (),
+    version: int = 1,
+    text: str | None = None,
+) -> InsightNode:
+    return InsightNode(
+        id=iid,
+        namespace=namespace,
+        text=text or f"{iid} v{version}",
+        state=state,
+        positive=frozenset(positive),
+        negative=frozenset(negative),
+        version=version,
+        created_by_event="e",
+        created_at=NOW,
+        updated_at=NOW,
+    )
 
 
 def unit(vec: dict[int, float]) -> dict[int, float]:
@@ -94,8 +110,15 @@ D_OPPOSITE = [-1.0, 0.0, 0.0, 0.0]
 
 # -- similarity search --------------------------------------------------------------------------
 def test_search_queries_ranks_by_cosine_within_the_namespace(index: VectorIndex) -> None:
-    index.upsert_queries([(query("far"), FAR), (query("near"), NEAR), (query("mid"), MID),
-                          (query("disjoint"), DISJOINT), (query("other-ns", "elsewhere"), NEAR)])
+    index.upsert_queries(
+        [
+            (query("far"), FAR),
+            (query("near"), NEAR),
+            (query("mid"), MID),
+            (query("disjoint"), DISJOINT),
+            (query("other-ns", "elsewhere"), NEAR),
+        ]
+    )
     hits = index.search_queries(PROBE, "ns", 10)
     assert [h for h, _ in hits] == ["near", "mid", "far"]  # no zero score, never another namespace
     assert [s for _, s in hits] == pytest.approx([1.0, 0.8, 0.6], abs=1e-4)
@@ -106,20 +129,36 @@ def test_search_queries_ranks_by_cosine_within_the_namespace(index: VectorIndex)
 
 def test_dense_search_ranks_by_cosine_within_the_namespace(open_index: Opener) -> None:
     index = open_index("dense", 4)
-    index.upsert_queries([(query("far"), D_FAR), (query("near"), D_NEAR), (query("mid"), D_MID),
-                          (query("opposite"), D_OPPOSITE), (query("other-ns", "elsewhere"), D_NEAR)])
+    index.upsert_queries(
+        [
+            (query("far"), D_FAR),
+            (query("near"), D_NEAR),
+            (query("mid"), D_MID),
+            (query("opposite"), D_OPPOSITE),
+            (query("other-ns", "elsewhere"), D_NEAR),
+        ]
+    )
     hits = index.search_queries(D_PROBE, "ns", 10)
     assert [h for h, _ in hits] == ["near", "mid", "far"]
     assert [s for _, s in hits] == pytest.approx([1.0, 0.8, 0.6], abs=1e-4)
-    index.write_insights([insight("a", positive=("q",)), insight("b", state="archived", positive=("q",)),
-                          insight("c", namespace="elsewhere")], {"a": D_MID, "b": D_NEAR, "c": D_NEAR})
+    index.write_insights(
+        [
+            insight("a", positive=("q",)),
+            insight("b", state="archived", positive=("q",)),
+            insight("c", namespace="elsewhere"),
+        ],
+        {"a": D_MID, "b": D_NEAR, "c": D_NEAR},
+    )
     assert [h for h, _ in index.search_insights(D_PROBE, "ns", 5)] == ["a"]
 
 
 def test_search_with_real_embeddings_finds_the_closest_text(index: VectorIndex) -> None:
     emb = HashingEmbedder()
-    texts = {"q-truck": "Verify: Mohra is a truck", "q-city": "Which city hosts the summit in June?",
-             "q-song": "Name the singer of this song"}
+    texts = {
+        "q-truck": "Verify: Mohra is a truck",
+        "q-city": "Which city hosts the summit in June?",
+        "q-song": "Name the singer of this song",
+    }
     index.upsert_queries([(query(i), v) for i, v in zip(texts, emb.embed(list(texts.values())), strict=True)])
     hits = index.search_queries(emb.embed_one("verify that Mohra is a truck"), "ns", 3)
     assert hits[0][0] == "q-truck"
@@ -127,29 +166,44 @@ def test_search_with_real_embeddings_finds_the_closest_text(index: VectorIndex) 
 
 
 def test_search_insights_serves_only_active_insights_of_the_namespace(index: VectorIndex) -> None:
-    index.write_insights([insight("live"), insight("gone", state="archived"),
-                          insight("foreign", namespace="x"), insight("unrelated")],
-                         {"live": MID, "gone": NEAR, "foreign": NEAR, "unrelated": DISJOINT})
+    index.write_insights(
+        [
+            insight("live"),
+            insight("gone", state="archived"),
+            insight("foreign", namespace="x"),
+            insight("unrelated"),
+        ],
+        {"live": MID, "gone": NEAR, "foreign": NEAR, "unrelated": DISJOINT},
+    )
     assert [h for h, _ in index.search_insights(PROBE, "ns", 5)] == ["live"]
 
 
 # -- the candidate filter (Eq. 7) -----------------------------------------------------------------
 def test_candidates_are_active_with_positive_evidence_in_the_expanded_set(index: VectorIndex) -> None:
-    index.write_insights([
-        insight("hit", positive=("q1", "q9"), negative=("q5",), version=2),
-        insight("hit2", positive=("q2",)),
-        insight("no-overlap", positive=("q7",)),
-        insight("negative-only", positive=("q7",), negative=("q1",)),
-        insight("archived", state="archived", positive=("q1",)),
-        insight("foreign", namespace="elsewhere", positive=("q1",)),
-        insight("no-evidence"),
-    ], dict.fromkeys(["hit", "hit2", "no-overlap", "negative-only", "archived", "foreign", "no-evidence"],
-                     NEAR))
+    index.write_insights(
+        [
+            insight("hit", positive=("q1", "q9"), negative=("q5",), version=2),
+            insight("hit2", positive=("q2",)),
+            insight("no-overlap", positive=("q7",)),
+            insight("negative-only", positive=("q7",), negative=("q1",)),
+            insight("archived", state="archived", positive=("q1",)),
+            insight("foreign", namespace="elsewhere", positive=("q1",)),
+            insight("no-evidence"),
+        ],
+        dict.fromkeys(
+            ["hit", "hit2", "no-overlap", "negative-only", "archived", "foreign", "no-evidence"], NEAR
+        ),
+    )
     found = {c.id: c for c in index.candidate_insights("ns", {"q1", "q2", "q3"}, 100)}
     assert set(found) == {"hit", "hit2"}
     hit = found["hit"]
     assert (set(hit.positive), set(hit.negative), hit.version, hit.text, hit.active) == (
-        {"q1", "q9"}, {"q5"}, 2, "hit v2", True)
+        {"q1", "q9"},
+        {"q5"},
+        2,
+        "hit v2",
+        True,
+    )
     assert [c.id for c in index.candidate_insights("elsewhere", ["q1"], 100)] == ["foreign"]
     assert len(index.candidate_insights("ns", ["q1", "q2"], 1)) == 1
 
@@ -253,11 +307,17 @@ def test_an_open_edge_store_refuses_a_second_opener(tmp_path: Path) -> None:
     try:
         with pytest.raises(StoreLockedError, match="open in another process"):
             EdgeIndex(tmp_path / "qdrant", "sparse", 0)
-        code = ("import sys, pathlib\nfrom evomem.index.edge import EdgeIndex\nfrom evomem.errors import "
-                "StoreLockedError\ntry:\n    EdgeIndex(pathlib.Path(sys.argv[1]), 'sparse', 0)\n"
-                "except StoreLockedError:\n    sys.exit(3)\n")
-        other = subprocess.run([sys.executable, "-c", code, str(tmp_path / "qdrant")], capture_output=True,
-                               text=True, timeout=120)
+        code = (
+            "import sys, pathlib\nfrom evomem.index.edge import EdgeIndex\nfrom evomem.errors import "
+            "StoreLockedError\ntry:\n    EdgeIndex(pathlib.Path(sys.argv[1]), 'sparse', 0)\n"
+            "except StoreLockedError:\n    sys.exit(3)\n"
+        )
+        other = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / "qdrant")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert other.returncode == 3, other.stderr
     finally:
         holder.close()
@@ -265,8 +325,9 @@ def test_an_open_edge_store_refuses_a_second_opener(tmp_path: Path) -> None:
 
 def test_an_unreachable_qdrant_is_a_transient_error_without_the_key(tmp_path: Path) -> None:
     secret = "sk-very-secret-key"
-    settings = Settings(data_dir=tmp_path, qdrant_url="https://user:hunter2pw@127.0.0.1:9",
-                        qdrant_api_key=secret)
+    settings = Settings(
+        data_dir=tmp_path, qdrant_url="https://user:hunter2pw@127.0.0.1:9", qdrant_api_key=secret
+    )
     with pytest.raises(TransientError) as caught:
         ClientIndex.connect(settings, "sparse", 0)
     assert "127.0.0.1:9" in str(caught.value)
@@ -276,7 +337,8 @@ def test_an_unreachable_qdrant_is_a_transient_error_without_the_key(tmp_path: Pa
 
 @pytest.mark.parametrize("stale_view", [{}, {"i": 1}], ids=["unseen", "older"])
 def test_a_server_write_is_guarded_even_when_the_read_was_stale(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stale_view: dict[str, int]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stale_view: dict[str, int]
+) -> None:
     """Several retrieval workers may project into one server: the version check is the server's too."""
     index = ClientIndex.connect(Settings(data_dir=tmp_path, qdrant_url=":memory:"), "sparse", 0)
     try:

@@ -28,15 +28,15 @@ def test_two_workers_share_one_request_budget(redis_client: redis.Redis) -> None
     b = RateLimiter(redis_client, "endpoint|model", rpm=3)
     assert [a.try_acquire(0), b.try_acquire(0), a.try_acquire(0)] == [0.0, 0.0, 0.0]
     wait = b.try_acquire(0)
-    assert 19.0 < wait <= 20.0                      # the next of 3 per minute frees in 20 s
+    assert 19.0 < wait <= 20.0  # the next of 3 per minute frees in 20 s
     assert RateLimiter(redis_client, "another|model", rpm=3).try_acquire(0) == 0.0
 
 
 def test_the_token_budget_is_reserved_then_settled(redis_client: redis.Redis) -> None:
     lim = RateLimiter(redis_client, "e|m", tpm=1000)
     assert lim.try_acquire(600) == 0.0
-    assert 11.0 < lim.try_acquire(600) <= 12.0       # 200 short at 1000 a minute
-    lim.settle(reserved=600, used=150)               # the call used less: 450 come back
+    assert 11.0 < lim.try_acquire(600) <= 12.0  # 200 short at 1000 a minute
+    lim.settle(reserved=600, used=150)  # the call used less: 450 come back
     assert lim.try_acquire(600) == 0.0
 
 
@@ -58,7 +58,8 @@ def test_the_limit_is_atomic_across_threads(redis_client: redis.Redis) -> None:
 
 
 def test_a_retry_after_holds_back_every_worker_and_a_long_wait_gives_up_at_the_deadline(
-        redis_client: redis.Redis) -> None:
+    redis_client: redis.Redis,
+) -> None:
     import time
 
     slept: list[float] = []
@@ -69,7 +70,7 @@ def test_a_retry_after_holds_back_every_worker_and_a_long_wait_gives_up_at_the_d
     with pytest.raises(EndpointError) as info:
         b.acquire(0, deadline=time.monotonic() + 0.5)
     assert info.value.kind == "rate_limit_wait" and not info.value.retry_now
-    assert len(slept) == 1 and slept[0] <= 0.5       # waited out what the batch had left, no more
+    assert len(slept) == 1 and slept[0] <= 0.5  # waited out what the batch had left, no more
 
 
 def test_retry_after_headers_are_read_in_every_form() -> None:
@@ -80,12 +81,19 @@ def test_retry_after_headers_are_read_in_every_form() -> None:
 
 
 def test_a_worker_over_its_request_budget_leaves_the_rest_pending(
-        tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer) -> None:
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer
+) -> None:
     """rpm=2: two events are judged, the third would wait 30 s, longer than the batch has: it stays
     pending and the endpoint never sees it."""
-    settings = llm_settings(tmp_path, redis_url, llm_server, llm_rpm=2, llm_events_per_call=1,
-                            llm_concurrency=1,
-                            batch_time_limit_s=2.0)
+    settings = llm_settings(
+        tmp_path,
+        redis_url,
+        llm_server,
+        llm_rpm=2,
+        llm_events_per_call=1,
+        llm_concurrency=1,
+        batch_time_limit_s=2.0,
+    )
     worker = ConsolidationWorker(settings, redis_client, consumer="w1")
     worker.consolidator.controller.limiter.sleep = lambda _s: None  # type: ignore[attr-defined]
     ids = seed(redis_client, "ns", ["An insight."])
@@ -96,11 +104,13 @@ def test_a_worker_over_its_request_budget_leaves_the_rest_pending(
 
 
 def test_usage_is_counted_per_event_operation_and_model_with_an_estimated_cost(
-        tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer) -> None:
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer
+) -> None:
     from evomem.llm.testserver import Fault
 
-    settings = llm_settings(tmp_path, redis_url, llm_server, llm_price_prompt_per_1k=0.5,
-                            llm_price_completion_per_1k=2.0)
+    settings = llm_settings(
+        tmp_path, redis_url, llm_server, llm_price_prompt_per_1k=0.5, llm_price_completion_per_1k=2.0
+    )
     worker = ConsolidationWorker(settings, redis_client, consumer="w1")
     ids = seed(redis_client, "ns", ["An insight.", "Another one."])
     llm_server.add_fault(Fault("unknown_ids", match="task 2", times=1))
@@ -115,8 +125,9 @@ def test_usage_is_counted_per_event_operation_and_model_with_an_estimated_cost(
     assert s["operations"]["decide"]["calls"] == 1 and s["operations"]["repair"]["events"] == 1
     assert s["failures"] == {"invalid": 1}
     model = s["models"]["gpt-4o-mini"]
-    assert model["estimated_cost_usd"] == pytest.approx(s["prompt_tokens"] / 1000 * 0.5
-                                                        + s["completion_tokens"] / 1000 * 2.0, abs=1e-6)
+    assert model["estimated_cost_usd"] == pytest.approx(
+        s["prompt_tokens"] / 1000 * 0.5 + s["completion_tokens"] / 1000 * 2.0, abs=1e-6
+    )
     per_event = [event_usage(redis_client, str(e.event_id)) for e in events]
     assert sum(u["prompt_tokens"] for u in per_event) == s["prompt_tokens"]
     assert per_event[2]["calls"] == 2 and per_event[0]["calls"] == 1

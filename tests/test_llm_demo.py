@@ -11,8 +11,9 @@ import pytest
 from evomem import bench_llm, demo
 
 
-def test_the_demo_fleet_runs_through_the_llm_controller_offline(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_demo_fleet_runs_through_the_llm_controller_offline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """With ``--llm`` the maintained memory is judged by the LLM controller on a local server; its
     judge follows the same outcome rules as the rule controller, so the run edits the memory alike."""
     common = ["--tasks", "60", "--batch", "15", "--phases", "2", "--json"]
@@ -28,19 +29,25 @@ def test_the_demo_fleet_runs_through_the_llm_controller_offline(tmp_path: Path,
 
 
 def test_the_llm_benchmark_merges_its_figures_into_the_results_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "results.json"
     out.write_text(json.dumps({"pipeline": {"kept": True}}))
     parser = argparse.ArgumentParser()
     bench_llm.add_arguments(parser)
-    args = parser.parse_args(["--quick", "--latency-ms", "20", "--seconds", "0.2", "--token-events", "8",
-                              "--out", str(out)])
+    args = parser.parse_args(
+        ["--quick", "--latency-ms", "20", "--seconds", "0.2", "--token-events", "8", "--out", str(out)]
+    )
     assert bench_llm.run(args) == 0
     doc = json.loads(out.read_text())
     assert doc["pipeline"] == {"kept": True}
     llm = doc["llm"]
     assert set(llm["prompt_tokens"]["runs"]) == {"1", "8"}
-    assert [(r["concurrency"], r["events_per_call"]) for r in llm["throughput"]["runs"]] == \
-        [(1, 1), (8, 1), (64, 1), (64, 8)]
+    assert [(r["concurrency"], r["events_per_call"]) for r in llm["throughput"]["runs"]] == [
+        (1, 1),
+        (8, 1),
+        (64, 1),
+        (64, 8),
+    ]
     assert all(r["applied"] == r["events"] for r in llm["throughput"]["runs"])
     assert "prompt tokens saved per event" in capsys.readouterr().out

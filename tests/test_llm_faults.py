@@ -25,22 +25,28 @@ from evomem.stores.redis_graph import RedisGraphStore
 from evomem.worker import ConsolidationWorker
 
 NS = "faults"
-TEXTS = ["Check the year of a claim against the evidence.", "Search for the bridge entity first.",
-         "Clear a block before moving it."]
+TEXTS = [
+    "Check the year of a claim against the evidence.",
+    "Search for the bridge entity first.",
+    "Clear a block before moving it.",
+]
 
 
-def setup(tmp_path: Path, redis_url: str, client: redis.Redis, server: LLMTestServer,
-          **overrides: object) -> tuple[ConsolidationWorker, list[str]]:
+def setup(
+    tmp_path: Path, redis_url: str, client: redis.Redis, server: LLMTestServer, **overrides: object
+) -> tuple[ConsolidationWorker, list[str]]:
     settings = llm_settings(tmp_path, redis_url, server, **overrides)
     worker = ConsolidationWorker(settings, client, consumer="w1")
     return worker, seed(client, NS, TEXTS)
 
 
 def test_llm_decisions_are_applied_with_the_model_and_prompt_version_in_the_history(
-        tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer) -> None:
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer
+) -> None:
     worker, ids = setup(tmp_path, redis_url, redis_client, llm_server)
-    ok = publish(redis_client, NS, "task resolved", "resolved", ids[:2],
-                 proposed_insight="Quote the evidence.")
+    ok = publish(
+        redis_client, NS, "task resolved", "resolved", ids[:2], proposed_insight="Quote the evidence."
+    )
     bad = publish(redis_client, NS, "task failed", "failed", ids[2:])
     totals = run_until_idle(worker)
 
@@ -51,13 +57,18 @@ def test_llm_decisions_are_applied_with_the_model_and_prompt_version_in_the_hist
     history = RedisGraphStore(redis_client).history(ids[0])
     assert history[-1].decided_by == "llm:gpt-4o-mini:prompt-v1" and history[-1].event_id == str(ok.event_id)
     assert applied(redis_client, bad)
-    texts = {n.text for n in RedisGraphStore(redis_client).insights(
-        RedisGraphStore(redis_client).insight_ids(NS)).values()}
+    texts = {
+        n.text
+        for n in RedisGraphStore(redis_client)
+        .insights(RedisGraphStore(redis_client).insight_ids(NS))
+        .values()
+    }
     assert "Quote the evidence." in texts
 
 
 def test_a_429_is_retried_after_its_retry_after_and_then_applied(
-        tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer) -> None:
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer
+) -> None:
     worker, ids = setup(tmp_path, redis_url, redis_client, llm_server)
     llm_server.add_fault(Fault("rate_limit", times=1, retry_after_s=0.05))
     event = publish(redis_client, NS, "task", "resolved", ids[:1])
@@ -73,13 +84,14 @@ def test_a_429_is_retried_after_its_retry_after_and_then_applied(
 
 @pytest.mark.parametrize("kind", ["rate_limit", "server_error", "unavailable", "slow"])
 def test_a_persistent_transient_fault_is_retried_per_policy_then_dead_lettered_and_others_flow(
-        kind: str, tmp_path: Path, redis_url: str, redis_client: redis.Redis,
-        llm_server: LLMTestServer) -> None:
+    kind: str, tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer
+) -> None:
     """429 / 500 / 503 / slower than the timeout, every time, for one event: each delivery tries the
     call ``LLM_TRANSIENT_ATTEMPTS`` times; the event stays pending until its last delivery, then goes
     to the dead letters with the endpoint's reason. Nothing of it is applied; the healthy event is."""
-    worker, ids = setup(tmp_path, redis_url, redis_client, llm_server, llm_events_per_call=1,
-                        llm_timeout_s=0.3)
+    worker, ids = setup(
+        tmp_path, redis_url, redis_client, llm_server, llm_events_per_call=1, llm_timeout_s=0.3
+    )
     llm_server.add_fault(Fault(kind, match="POISON", retry_after_s=0.01, delay_s=1.0))  # type: ignore[arg-type]
     before = snapshot(redis_client, ids)
     poison = publish(redis_client, NS, "POISON task", "failed", ids[:2], proposed_insight="Never applied.")
@@ -87,7 +99,7 @@ def test_a_persistent_transient_fault_is_retried_per_policy_then_dead_lettered_a
     totals = run_until_idle(worker)
 
     assert applied(redis_client, healthy) and not applied(redis_client, poison)
-    assert len(list(llm_server.calls_for("POISON"))) == 2 * 3   # attempts × deliveries
+    assert len(list(llm_server.calls_for("POISON"))) == 2 * 3  # attempts × deliveries
     assert totals["deferred"] == 2 and totals["dead_lettered"] == 1
     (letter,) = dead_letters(redis_client)
     assert letter["deliveries"] == "3" and letter["reason"].startswith("controller after 3 deliveries: LLM ")
@@ -100,8 +112,8 @@ def test_a_persistent_transient_fault_is_retried_per_policy_then_dead_lettered_a
 
 @pytest.mark.parametrize("kind", ["truncated", "wrong_shape", "unknown_ids", "bad_request"])
 def test_invalid_output_is_retried_with_the_error_shown_then_dead_lettered(
-        kind: str, tmp_path: Path, redis_url: str, redis_client: redis.Redis,
-        llm_server: LLMTestServer) -> None:
+    kind: str, tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer
+) -> None:
     """Unusable answers, every time: the event is asked again ``LLM_MAX_ATTEMPTS`` times in all, the
     retry telling the model what was wrong, then dead-lettered on its first delivery with the reason."""
     worker, ids = setup(tmp_path, redis_url, redis_client, llm_server, llm_events_per_call=1)
@@ -116,8 +128,12 @@ def test_invalid_output_is_retried_with_the_error_shown_then_dead_lettered(
     assert "could not be used" not in calls[0].prompt and "could not be used" in calls[1].prompt
     (letter,) = dead_letters(redis_client)
     assert letter["deliveries"] == "1" and "invalid after 2 tries" in letter["reason"]
-    expected = {"truncated": "cut off", "wrong_shape": '{"events"', "unknown_ids": "not retrieved for it",
-                "bad_request": "(400)"}[kind]
+    expected = {
+        "truncated": "cut off",
+        "wrong_shape": '{"events"',
+        "unknown_ids": "not retrieved for it",
+        "bad_request": "(400)",
+    }[kind]
     assert expected in letter["reason"]
     assert applied(redis_client, healthy) and not applied(redis_client, broken)
     after = snapshot(redis_client, ids)
@@ -125,13 +141,15 @@ def test_invalid_output_is_retried_with_the_error_shown_then_dead_lettered(
 
 
 def test_an_event_answered_badly_in_a_shared_call_does_not_hold_back_the_others(
-        tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer) -> None:
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer
+) -> None:
     """Eight events in one call, one entry names an unknown insight: the seven are applied from the
     first answer; only the bad one is asked again, and its second answer is applied."""
     worker, ids = setup(tmp_path, redis_url, redis_client, llm_server)
     llm_server.add_fault(Fault("unknown_ids", match="ODD", times=1))
-    events = [publish(redis_client, NS, f"{'ODD ' if i == 3 else ''}task {i}", "resolved", ids)
-              for i in range(8)]
+    events = [
+        publish(redis_client, NS, f"{'ODD ' if i == 3 else ''}task {i}", "resolved", ids) for i in range(8)
+    ]
     totals = run_until_idle(worker)
 
     assert totals["applied"] == 8 and all(applied(redis_client, e) for e in events)
@@ -139,8 +157,9 @@ def test_an_event_answered_badly_in_a_shared_call_does_not_hold_back_the_others(
     assert llm_server.calls[1].queries == ("ODD task 3",)
 
 
-def test_json_wrapped_in_prose_is_read(tmp_path: Path, redis_url: str, redis_client: redis.Redis,
-                                       llm_server: LLMTestServer) -> None:
+def test_json_wrapped_in_prose_is_read(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer
+) -> None:
     worker, ids = setup(tmp_path, redis_url, redis_client, llm_server)
     llm_server.add_fault(Fault("prose"))
     event = publish(redis_client, NS, "task", "failed", ids[:1])
@@ -149,7 +168,8 @@ def test_json_wrapped_in_prose_is_read(tmp_path: Path, redis_url: str, redis_cli
 
 
 def test_an_endpoint_without_json_schema_gets_json_mode_from_then_on(
-        tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer) -> None:
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer
+) -> None:
     llm_server.reset(json_schema=False)
     worker, ids = setup(tmp_path, redis_url, redis_client, llm_server, llm_events_per_call=1)
     events = [publish(redis_client, NS, f"task {i}", "resolved", ids) for i in range(3)]
@@ -164,8 +184,12 @@ def test_an_endpoint_without_json_schema_gets_json_mode_from_then_on(
 
 
 def test_a_redelivered_event_reuses_its_stored_decision_without_a_second_llm_call(
-        tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path,
+    redis_url: str,
+    redis_client: redis.Redis,
+    llm_server: LLMTestServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The decision is stored before it is applied: when applying fails (Redis dropped), the event
     stays pending, and its redelivery applies the stored decision; the endpoint is not asked again."""
     worker, ids = setup(tmp_path, redis_url, redis_client, llm_server)
@@ -188,8 +212,12 @@ def test_a_redelivered_event_reuses_its_stored_decision_without_a_second_llm_cal
 
 
 def test_a_refused_key_keeps_events_pending_and_no_reason_or_log_shows_the_key(
-        tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer,
-        caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path,
+    redis_url: str,
+    redis_client: redis.Redis,
+    llm_server: LLMTestServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """401 is the operator's problem, not the event's: no quick retry, the event waits for a fix
     until its last delivery. The endpoint echoes the wrong key in its message; we never repeat it."""
     llm_server.state.api_key = "the-right-key"

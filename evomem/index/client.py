@@ -43,7 +43,9 @@ _TENANT = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_ten
 _KEYWORD = models.PayloadSchemaType.KEYWORD
 _QUERY_INDEXES: dict[str, Any] = {"namespace": _TENANT}
 _INSIGHT_INDEXES: dict[str, Any] = {
-    "namespace": _TENANT, "state": _KEYWORD, "positive": _KEYWORD,
+    "namespace": _TENANT,
+    "state": _KEYWORD,
+    "positive": _KEYWORD,
     "version": models.PayloadSchemaType.INTEGER,
 }
 
@@ -63,8 +65,17 @@ def _older_than(version: int) -> models.FieldCondition:
 class ClientIndex:
     """A ``VectorIndex`` on two collections of a Qdrant server, reached through qdrant-client."""
 
-    def __init__(self, client: QdrantClient, kind: Literal["sparse", "dense"], dim: int, *, identity: str,
-                 where: str, local: bool = False, secret: str | None = None) -> None:
+    def __init__(
+        self,
+        client: QdrantClient,
+        kind: Literal["sparse", "dense"],
+        dim: int,
+        *,
+        identity: str,
+        where: str,
+        local: bool = False,
+        secret: str | None = None,
+    ) -> None:
         self.client = client
         self.kind = kind
         self.dim = dim
@@ -73,8 +84,10 @@ class ClientIndex:
         self._local = local
         self._secret = secret
         with self._boundary("opening the collections"):
-            created = [self._ensure(keys.QUERY_COLLECTION, _QUERY_INDEXES),
-                       self._ensure(keys.INSIGHT_COLLECTION, _INSIGHT_INDEXES)]
+            created = [
+                self._ensure(keys.QUERY_COLLECTION, _QUERY_INDEXES),
+                self._ensure(keys.INSIGHT_COLLECTION, _INSIGHT_INDEXES),
+            ]
         self.fresh = any(created)
 
     @classmethod
@@ -84,15 +97,22 @@ class ClientIndex:
         if not url:
             raise ConfigError("EVOMEM_QDRANT_URL is not set")
         if url == ":memory:":
-            return cls(QdrantClient(location=":memory:"), kind, dim, local=True, where=":memory:",
-                       identity=f"qdrant-memory:{uuid.uuid4().hex}")
+            return cls(
+                QdrantClient(location=":memory:"),
+                kind,
+                dim,
+                local=True,
+                where=":memory:",
+                identity=f"qdrant-memory:{uuid.uuid4().hex}",
+            )
         secret = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
         where = _where(url)
         try:  # the version check runs in a thread and can only warn; the first request below checks for real
             client = QdrantClient(url=url, api_key=secret, check_compatibility=False)
         except ValueError as exc:
-            raise ConfigError(f"EVOMEM_QDRANT_URL {where!r} is not a usable Qdrant URL: "
-                              f"{str(exc).replace(url, where)}") from None
+            raise ConfigError(
+                f"EVOMEM_QDRANT_URL {where!r} is not a usable Qdrant URL: {str(exc).replace(url, where)}"
+            ) from None
         return cls(client, kind, dim, identity=f"qdrant:{where}", where=where, secret=secret)
 
     # -- setup -----------------------------------------------------------------------------------
@@ -107,10 +127,15 @@ class ClientIndex:
             try:
                 if self.kind == "sparse":
                     self.client.create_collection(
-                        name, sparse_vectors_config={VECTOR_NAME: models.SparseVectorParams()})
+                        name, sparse_vectors_config={VECTOR_NAME: models.SparseVectorParams()}
+                    )
                 else:
-                    self.client.create_collection(name, vectors_config={VECTOR_NAME: models.VectorParams(
-                        size=self.dim, distance=models.Distance.COSINE)})
+                    self.client.create_collection(
+                        name,
+                        vectors_config={
+                            VECTOR_NAME: models.VectorParams(size=self.dim, distance=models.Distance.COSINE)
+                        },
+                    )
                 created = True
             except UnexpectedResponse as exc:  # another worker created it first
                 if exc.status_code != 409 and b"already exists" not in exc.content:
@@ -130,9 +155,11 @@ class ClientIndex:
             dense = params.vectors if isinstance(params.vectors, dict) else {}
             ok = VECTOR_NAME in dense and dense[VECTOR_NAME].size == self.dim
         if not ok:
-            raise ConfigError(f"collection {name!r} at {self._where} was made for other vectors than the "
-                              f"configured embedder's ({self.kind}, dim {self.dim}); "
-                              "use another Qdrant or drop the collection")
+            raise ConfigError(
+                f"collection {name!r} at {self._where} was made for other vectors than the "
+                f"configured embedder's ({self.kind}, dim {self.dim}); "
+                "use another Qdrant or drop the collection"
+            )
 
     def _create_index(self, name: str, field: str, schema: Any) -> None:
         if not self._local:
@@ -154,17 +181,20 @@ class ClientIndex:
         except (ResponseHandlingException, httpx.TransportError, ResourceExhaustedResponse) as exc:
             source = getattr(exc, "source", exc)
             detail = self._redact(f"{type(source).__name__}: {source}")
-            raise TransientError(f"Qdrant at {self._where} did not answer while {action} "
-                                 f"({detail})") from None
+            raise TransientError(
+                f"Qdrant at {self._where} did not answer while {action} ({detail})"
+            ) from None
         except UnexpectedResponse as exc:
             code = exc.status_code or 0
             body = self._redact(exc.content[:300].decode(errors="replace"))
             if code == 429 or code >= 500:
-                raise TransientError(f"Qdrant at {self._where} is unavailable ({code}) "
-                                     f"while {action}") from None
+                raise TransientError(
+                    f"Qdrant at {self._where} is unavailable ({code}) while {action}"
+                ) from None
             if code in (401, 403):
-                raise ConfigError(f"Qdrant at {self._where} refused the credentials ({code}); "
-                                  "check EVOMEM_QDRANT_API_KEY") from None
+                raise ConfigError(
+                    f"Qdrant at {self._where} refused the credentials ({code}); check EVOMEM_QDRANT_API_KEY"
+                ) from None
             raise EvomemError(f"Qdrant at {self._where} rejected {action} ({code}): {body}") from None
 
     # -- writes (the projector's) ----------------------------------------------------------------
@@ -173,25 +203,28 @@ class ClientIndex:
             if not isinstance(vec, Mapping):
                 raise TypeError("this index holds sparse vectors: pass {index: value}")
             items = sorted(vec.items())
-            return models.SparseVector(indices=[int(i) for i, _ in items],
-                                       values=[float(v) for _, v in items])
+            return models.SparseVector(
+                indices=[int(i) for i, _ in items], values=[float(v) for _, v in items]
+            )
         if isinstance(vec, Mapping):
             raise TypeError("this index holds dense vectors: pass a list of floats")
         return [float(x) for x in vec]
 
     def _point(self, node_id: str, vec: Vector, payload: dict[str, Any]) -> models.PointStruct:
-        return models.PointStruct(id=point_id(node_id), vector={VECTOR_NAME: self._vector(vec)},
-                                  payload=payload)
+        return models.PointStruct(
+            id=point_id(node_id), vector={VECTOR_NAME: self._vector(vec)}, payload=payload
+        )
 
     def _apply(self, ops: Sequence[models.UpsertOperation | models.SetPayloadOperation]) -> None:
         for start in range(0, len(ops), WRITE_BATCH):
             with self._boundary("writing insights"):
-                self.client.batch_update_points(keys.INSIGHT_COLLECTION, ops[start:start + WRITE_BATCH],
-                                                wait=True)
+                self.client.batch_update_points(
+                    keys.INSIGHT_COLLECTION, ops[start : start + WRITE_BATCH], wait=True
+                )
 
     def upsert_queries(self, points: Sequence[tuple[QueryNode, Vector]]) -> None:
         for start in range(0, len(points), WRITE_BATCH):
-            batch = [self._point(q.id, v, query_payload(q)) for q, v in points[start:start + WRITE_BATCH]]
+            batch = [self._point(q.id, v, query_payload(q)) for q, v in points[start : start + WRITE_BATCH]]
             with self._boundary("writing queries"):
                 self.client.upsert(keys.QUERY_COLLECTION, batch, wait=True)
 
@@ -215,25 +248,42 @@ class ClientIndex:
                     raise ValueError(f"insight {n.id!r} is not in the index yet and came without a vector")
                 unseen.setdefault(n.version, []).append(self._point(n.id, vectors[n.id], insight_payload(n)))
             elif stored[n.id] < n.version:
-                guard = models.Filter(must=[models.HasIdCondition(has_id=[point_id(n.id)]),
-                                            _older_than(n.version)])
-                ops.append(models.SetPayloadOperation(set_payload=models.SetPayload(payload=insight_payload(n),
-                                                                                    filter=guard)))
+                guard = models.Filter(
+                    must=[models.HasIdCondition(has_id=[point_id(n.id)]), _older_than(n.version)]
+                )
+                ops.append(
+                    models.SetPayloadOperation(
+                        set_payload=models.SetPayload(payload=insight_payload(n), filter=guard)
+                    )
+                )
         for version, pts in unseen.items():
-            ops.extend(models.UpsertOperation(upsert=models.PointsList(
-                points=pts[i:i + WRITE_BATCH], update_filter=models.Filter(must=[_older_than(version)])))
-                for i in range(0, len(pts), WRITE_BATCH))
+            ops.extend(
+                models.UpsertOperation(
+                    upsert=models.PointsList(
+                        points=pts[i : i + WRITE_BATCH],
+                        update_filter=models.Filter(must=[_older_than(version)]),
+                    )
+                )
+                for i in range(0, len(pts), WRITE_BATCH)
+            )
         self._apply(ops)
 
     # -- reads -----------------------------------------------------------------------------------
-    def _nearest(self, collection: str, vector: Vector, must: list[models.FieldCondition],
-                 k: int) -> list[tuple[str, float]]:
+    def _nearest(
+        self, collection: str, vector: Vector, must: list[models.FieldCondition], k: int
+    ) -> list[tuple[str, float]]:
         if not vector or k <= 0:
             return []
         with self._boundary("searching"):
-            hits = self.client.query_points(collection, query=self._vector(vector), using=VECTOR_NAME,
-                                            query_filter=models.Filter(must=list(must)), limit=k,
-                                            with_payload=["id"], with_vectors=False).points
+            hits = self.client.query_points(
+                collection,
+                query=self._vector(vector),
+                using=VECTOR_NAME,
+                query_filter=models.Filter(must=list(must)),
+                limit=k,
+                with_payload=["id"],
+                with_vectors=False,
+            ).points
         return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
 
     @staticmethod
@@ -244,27 +294,39 @@ class ClientIndex:
         return self._nearest(keys.QUERY_COLLECTION, vector, [self._match("namespace", namespace)], k)
 
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
-        return self._nearest(keys.INSIGHT_COLLECTION, vector,
-                             [self._match("namespace", namespace), self._match("state", "active")], k)
+        return self._nearest(
+            keys.INSIGHT_COLLECTION,
+            vector,
+            [self._match("namespace", namespace), self._match("state", "active")],
+            k,
+        )
 
     def candidate_insights(self, namespace: str, expanded: Collection[str], limit: int) -> list[Candidate]:
         if not expanded or limit <= 0:
             return []
-        flt = models.Filter(must=[
-            self._match("namespace", namespace), self._match("state", "active"),
-            models.FieldCondition(key="positive", match=models.MatchAny(any=sorted(expanded))),
-        ])
+        flt = models.Filter(
+            must=[
+                self._match("namespace", namespace),
+                self._match("state", "active"),
+                models.FieldCondition(key="positive", match=models.MatchAny(any=sorted(expanded))),
+            ]
+        )
         with self._boundary("reading candidates"):
-            records, _ = self.client.scroll(keys.INSIGHT_COLLECTION, scroll_filter=flt, limit=limit,
-                                            with_payload=True, with_vectors=False)
+            records, _ = self.client.scroll(
+                keys.INSIGHT_COLLECTION, scroll_filter=flt, limit=limit, with_payload=True, with_vectors=False
+            )
         return [candidate_from_payload(r.payload or {}) for r in records]
 
     def insight_versions(self, ids: Collection[str]) -> dict[str, int]:
         if not ids:
             return {}
         with self._boundary("reading versions"):
-            records = self.client.retrieve(keys.INSIGHT_COLLECTION, [point_id(i) for i in ids],
-                                           with_payload=["id", "version"], with_vectors=False)
+            records = self.client.retrieve(
+                keys.INSIGHT_COLLECTION,
+                [point_id(i) for i in ids],
+                with_payload=["id", "version"],
+                with_vectors=False,
+            )
         return {node_id_of(r): int((r.payload or {})["version"]) for r in records}
 
     def count(self, kind: Literal["insight", "query"]) -> int:

@@ -43,7 +43,10 @@ def insight_payload(n: InsightNode) -> dict[str, Any]:
 
 def candidate_from_payload(p: dict[str, Any]) -> Candidate:
     return Candidate(
-        id=p["id"], text=p["text"], positive=frozenset(p.get("positive") or ()),
-        negative=frozenset(p.get("negative") or ()), version=int(p.get("version", 0)),
+        id=p["id"],
+        text=p["text"],
+        positive=frozenset(p.get("positive") or ()),
+        negative=frozenset(p.get("negative") or ()),
+        version=int(p.get("version", 0)),
         active=p.get("state") == "active",
     )

@@ -7,8 +7,8 @@ qdrant-edge 0.9.0 never matches a bool payload with ``MatchValue(True)``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
 import threading
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,8 +50,9 @@ class EdgeIndex:
         self._cache_lock = threading.Lock()
         self.queries = self._open("queries", kind, dim, [("namespace", True)])
         try:
-            self.insights = self._open("insights", kind, dim, [("namespace", True), ("state", False),
-                                                               ("positive", False)])
+            self.insights = self._open(
+                "insights", kind, dim, [("namespace", True), ("state", False), ("positive", False)]
+            )
         except BaseException:
             self.queries.close()
             raise
@@ -94,9 +95,11 @@ class EdgeIndex:
     # -- writes (the projector's) --------------------------------------------------------------
     def upsert_queries(self, points: Sequence[tuple[QueryNode, Vector]]) -> None:
         if points:
-            self.queries.update(qe.UpdateOperation.upsert_points(
-                [qe.Point(point_id(q.id), self._vector(v), query_payload(q)) for q, v in points]
-            ))
+            self.queries.update(
+                qe.UpdateOperation.upsert_points(
+                    [qe.Point(point_id(q.id), self._vector(v), query_payload(q)) for q, v in points]
+                )
+            )
 
     def write_insights(self, nodes: Sequence[InsightNode], vectors: Mapping[str, Vector]) -> None:
         if not nodes:
@@ -109,8 +112,11 @@ class EdgeIndex:
         self._forget([point_id(n.id) for n in nodes])
         stored = self.insight_versions([n.id for n in nodes])
         fresh = [n for n in nodes if n.id not in stored or stored[n.id] < n.version]
-        new_points = [qe.Point(point_id(n.id), self._vector(vectors[n.id]), insight_payload(n))
-                      for n in fresh if n.id not in stored]
+        new_points = [
+            qe.Point(point_id(n.id), self._vector(vectors[n.id]), insight_payload(n))
+            for n in fresh
+            if n.id not in stored
+        ]
         if new_points:
             self.insights.update(qe.UpdateOperation.upsert_points(new_points))
         for n in fresh:
@@ -128,43 +134,60 @@ class EdgeIndex:
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
         if not vector:
             return []
-        hits = self.queries.query(qe.QueryRequest(
-            limit=k, query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
-            filter=qe.Filter(must=[qe.FieldCondition("namespace", match=qe.MatchValue(namespace))]),
-            with_payload=["id"], with_vector=False,
-        ))
+        hits = self.queries.query(
+            qe.QueryRequest(
+                limit=k,
+                query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
+                filter=qe.Filter(must=[qe.FieldCondition("namespace", match=qe.MatchValue(namespace))]),
+                with_payload=["id"],
+                with_vector=False,
+            )
+        )
         return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
 
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
         if not vector:
             return []
-        hits = self.insights.query(qe.QueryRequest(
-            limit=k, query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
-            filter=qe.Filter(must=[qe.FieldCondition("namespace", match=qe.MatchValue(namespace)),
-                                   qe.FieldCondition("state", match=qe.MatchValue("active"))]),
-            with_payload=["id"], with_vector=False,
-        ))
+        hits = self.insights.query(
+            qe.QueryRequest(
+                limit=k,
+                query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
+                filter=qe.Filter(
+                    must=[
+                        qe.FieldCondition("namespace", match=qe.MatchValue(namespace)),
+                        qe.FieldCondition("state", match=qe.MatchValue("active")),
+                    ]
+                ),
+                with_payload=["id"],
+                with_vector=False,
+            )
+        )
         return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
 
     def candidate_insights(self, namespace: str, expanded: Collection[str], limit: int) -> list[Candidate]:
         if not expanded:
             return []
-        flt = qe.Filter(must=[
-            qe.FieldCondition("namespace", match=qe.MatchValue(namespace)),
-            qe.FieldCondition("state", match=qe.MatchValue("active")),
-            qe.FieldCondition("positive", match=qe.MatchAny(list(expanded))),
-        ])
+        flt = qe.Filter(
+            must=[
+                qe.FieldCondition("namespace", match=qe.MatchValue(namespace)),
+                qe.FieldCondition("state", match=qe.MatchValue("active")),
+                qe.FieldCondition("positive", match=qe.MatchAny(list(expanded))),
+            ]
+        )
         # which points match is always read fresh; only their payloads come from the cache
-        records, _ = self.insights.scroll(qe.ScrollRequest(limit=limit, filter=flt, with_payload=False,
-                                                           with_vector=False))
+        records, _ = self.insights.scroll(
+            qe.ScrollRequest(limit=limit, filter=flt, with_payload=False, with_vector=False)
+        )
         ids = [str(r.id) for r in records]
         with self._cache_lock:
             generation = self._generation
             found = {i: self._candidates[i] for i in ids if i in self._candidates}
         missing = [i for i in ids if i not in found]
         if missing:
-            fetched = {str(r.id): candidate_from_payload(r.payload)
-                       for r in self.insights.retrieve(missing, True, False)}
+            fetched = {
+                str(r.id): candidate_from_payload(r.payload)
+                for r in self.insights.retrieve(missing, True, False)
+            }
             found.update(fetched)
             with self._cache_lock:
                 if self._generation == generation:

@@ -68,8 +68,9 @@ class InMemoryIndex:
                 held = plan.get(n.id) or self._insights.get(n.id)
                 if held is None:
                     if n.id not in vectors:
-                        raise ValueError(f"insight {n.id!r} is not in the index yet and came without "
-                                         "a vector")
+                        raise ValueError(
+                            f"insight {n.id!r} is not in the index yet and came without a vector"
+                        )
                     plan[n.id] = (n, self._prepare(vectors[n.id]))
                 elif held[0].version < n.version:  # the text never changes, so the vector stays
                     plan[n.id] = (n, held[1])
@@ -85,8 +86,9 @@ class InMemoryIndex:
             return []
         query = self._prepare(vector)
         with self._lock:
-            scored = [(q.id, self._score(query, v)) for q, v in self._queries.values()
-                      if q.namespace == namespace]
+            scored = [
+                (q.id, self._score(query, v)) for q, v in self._queries.values() if q.namespace == namespace
+            ]
         return self._top(scored, k)
 
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
@@ -94,8 +96,11 @@ class InMemoryIndex:
             return []
         query = self._prepare(vector)
         with self._lock:
-            scored = [(n.id, self._score(query, v)) for n, v in self._insights.values()
-                      if n.namespace == namespace and n.active]
+            scored = [
+                (n.id, self._score(query, v))
+                for n, v in self._insights.values()
+                if n.namespace == namespace and n.active
+            ]
         return self._top(scored, k)
 
     def candidate_insights(self, namespace: str, expanded: Collection[str], limit: int) -> list[Candidate]:
@@ -103,8 +108,11 @@ class InMemoryIndex:
             return []
         wanted = set(expanded)
         with self._lock:
-            found = [n for n, _ in self._insights.values()
-                     if n.namespace == namespace and n.active and not wanted.isdisjoint(n.positive)]
+            found = [
+                n
+                for n, _ in self._insights.values()
+                if n.namespace == namespace and n.active and not wanted.isdisjoint(n.positive)
+            ]
         found.sort(key=lambda n: point_id(n.id))  # Qdrant's scroll order, so a limit cuts the same way
         return [candidate_from_payload(insight_payload(n)) for n in found[: max(limit, 0)]]
 

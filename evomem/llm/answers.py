@@ -81,14 +81,23 @@ def load_json(text: str) -> Any:
     return json.loads(body)
 
 
-def read_answer(text: str, finish_reason: str | None, batch: PromptBatch, pending: Sequence[int],
-                decided_by: str, duplicates: DuplicateCheck) -> dict[int, ControllerDecision | str]:
+def read_answer(
+    text: str,
+    finish_reason: str | None,
+    batch: PromptBatch,
+    pending: Sequence[int],
+    decided_by: str,
+    duplicates: DuplicateCheck,
+) -> dict[int, ControllerDecision | str]:
     """For each pending event number, its decision or the reason its answer was refused."""
     try:
         doc = load_json(text)
     except ValueError as exc:
-        reason = ("the answer was cut off before its JSON was complete; keep the texts shorter"
-                  if finish_reason == "length" else f"the answer is not valid JSON ({exc})")
+        reason = (
+            "the answer was cut off before its JSON was complete; keep the texts shorter"
+            if finish_reason == "length"
+            else f"the answer is not valid JSON ({exc})"
+        )
         return dict.fromkeys(pending, reason)
     if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
         return dict.fromkeys(pending, 'the answer must be one JSON object {"events": [...]}')
@@ -115,8 +124,9 @@ def read_answer(text: str, finish_reason: str | None, batch: PromptBatch, pendin
     return out
 
 
-def event_decision(entry: Any, view: EventView, decided_by: str,
-                   duplicates: DuplicateCheck) -> ControllerDecision | str:
+def event_decision(
+    entry: Any, view: EventView, decided_by: str, duplicates: DuplicateCheck
+) -> ControllerDecision | str:
     """One event's entry as a validated decision, or why it cannot be one."""
     n = view.number
     try:
@@ -130,8 +140,10 @@ def event_decision(entry: Any, view: EventView, decided_by: str,
     for edit in answer.insight_edits:
         insight_id = view.insight_id(edit.insight)
         if insight_id is None:
-            return (f"event {n} names insight {edit.insight}, which was not retrieved for it "
-                    f"(its insights are {_numbers(view.labels)})")
+            return (
+                f"event {n} names insight {edit.insight}, which was not retrieved for it "
+                f"(its insights are {_numbers(view.labels)})"
+            )
         if edit.insight in seen:
             return f"event {n} gives insight {edit.insight} more than one operation"
         seen.add(edit.insight)
@@ -140,8 +152,14 @@ def event_decision(entry: Any, view: EventView, decided_by: str,
             return problem
         revised = edit.revised_insight_text if edit.operation == "REVISE" else None
         try:
-            edits.append(InsightEdit(insight_id=insight_id, operation=edit.operation, decided_by=decided_by,
-                                     revised_insight_text=revised))
+            edits.append(
+                InsightEdit(
+                    insight_id=insight_id,
+                    operation=edit.operation,
+                    decided_by=decided_by,
+                    revised_insight_text=revised,
+                )
+            )
         except ValidationError as exc:
             return f"event {n}, insight {edit.insight}: {exc.errors()[0]['msg']}"
     missing = [label for label in view.labels if label not in seen]
@@ -160,24 +178,37 @@ def _revise_problem(n: int, edit: _Edit, view: EventView) -> str | None:
         return f"event {n}: the REVISE of insight {edit.insight} has no revised_insight_text"
     original = view.input.retrieved[view.labels.index(edit.insight)].text
     if text_key(edit.revised_insight_text or "") == text_key(original):
-        return (f"event {n}: the REVISE of insight {edit.insight} repeats its text; a revision must narrow "
-                "or correct it (choose KEEP if it is right as it stands)")
+        return (
+            f"event {n}: the REVISE of insight {edit.insight} repeats its text; a revision must narrow "
+            "or correct it (choose KEEP if it is right as it stands)"
+        )
     return None
 
 
-def _add_decision(n: int, add: _Add, view: EventView, edits: Sequence[InsightEdit], decided_by: str,
-                  duplicates: DuplicateCheck) -> AddDecision | str:
+def _add_decision(
+    n: int,
+    add: _Add,
+    view: EventView,
+    edits: Sequence[InsightEdit],
+    decided_by: str,
+    duplicates: DuplicateCheck,
+) -> AddDecision | str:
     if not add.decision:
         return AddDecision()
     text = (add.new_insight_text or "").strip()
     if not text:
         return f"event {n}: add_new_insight has decision true but no new_insight_text"
-    existing = [x.text for x in view.input.retrieved] + [e.revised_insight_text for e in edits
-                                                          if e.revised_insight_text]
+    existing = [x.text for x in view.input.retrieved] + [
+        e.revised_insight_text for e in edits if e.revised_insight_text
+    ]
     similarity, at = duplicates.nearest(text, existing)
     if similarity >= duplicates.threshold:
-        log.info("llm.add_duplicate", event_id=str(view.input.event.event_id),
-                 similarity=round(similarity, 3), duplicate_of=existing[at][:80])
+        log.info(
+            "llm.add_duplicate",
+            event_id=str(view.input.event.event_id),
+            similarity=round(similarity, 3),
+            duplicate_of=existing[at][:80],
+        )
         return AddDecision()
     try:
         return AddDecision(decision=True, new_insight_text=text, decided_by=decided_by)

@@ -39,8 +39,9 @@ _MESSAGE_CHARS = 300
 class EndpointError(TransientError):
     """The endpoint is briefly unable to answer; the same request may succeed later."""
 
-    def __init__(self, kind: str, message: str, retry_after: float | None = None,
-                 retry_now: bool = True) -> None:
+    def __init__(
+        self, kind: str, message: str, retry_after: float | None = None, retry_now: bool = True
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.retry_after = retry_after
@@ -63,7 +64,7 @@ class ResponseFormatUnsupported(RequestRejected):
 class ChatReply:
     text: str
     finish_reason: str | None
-    prompt_tokens: int | None       # None when the endpoint reports no usage
+    prompt_tokens: int | None  # None when the endpoint reports no usage
     completion_tokens: int | None
     model: str
 
@@ -87,12 +88,17 @@ class ChatEndpoint:
 
     def complete(self, system: str, user: str, mode: ResponseMode) -> ChatReply:
         response_format: ResponseFormatJSONSchema | ResponseFormatJSONObject = (
-            {"type": "json_schema",
-             "json_schema": {"name": "memory_edits", "strict": True, "schema": RESPONSE_SCHEMA}}
-            if mode == "json_schema" else {"type": "json_object"}
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "memory_edits", "strict": True, "schema": RESPONSE_SCHEMA},
+            }
+            if mode == "json_schema"
+            else {"type": "json_object"}
         )
-        messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": system},
-                                                      {"role": "user", "content": user}]
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": user},
+        ]
         try:
             completion = self.client.chat.completions.create(
                 model=self.model,
@@ -124,13 +130,15 @@ class ChatEndpoint:
         status, said = exc.status_code, self.redact(_said(exc))
         retry_after = retry_after_s(exc.response.headers)
         if status == 429:
-            return EndpointError("rate_limited", f"LLM endpoint rate-limited the request (429): {said}",
-                                 retry_after)
+            return EndpointError(
+                "rate_limited", f"LLM endpoint rate-limited the request (429): {said}", retry_after
+            )
         if status in (408, 409) or status >= 500:
             return EndpointError("server_error", f"LLM endpoint failed ({status}): {said}", retry_after)
         if status in (401, 403, 404):
-            return EndpointError("refused", f"LLM endpoint refused the request ({status}): {said}",
-                                 retry_now=False)
+            return EndpointError(
+                "refused", f"LLM endpoint refused the request ({status}): {said}", retry_now=False
+            )
         if "response_format" in said.lower() or "json_schema" in said.lower():
             return ResponseFormatUnsupported(status, f"LLM endpoint does not do JSON-schema output: {said}")
         return RequestRejected(status, f"LLM endpoint rejected the request ({status}): {said}")
@@ -170,5 +178,12 @@ def retry_after_s(headers: Any) -> float | None:
         return None
 
 
-__all__ = ["ChatEndpoint", "ChatReply", "EndpointError", "RequestRejected", "ResponseFormatUnsupported",
-           "ResponseMode", "retry_after_s"]
+__all__ = [
+    "ChatEndpoint",
+    "ChatReply",
+    "EndpointError",
+    "RequestRejected",
+    "ResponseFormatUnsupported",
+    "ResponseMode",
+    "retry_after_s",
+]

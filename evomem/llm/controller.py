@@ -64,8 +64,15 @@ class Chat(Protocol):
 class LLMController:
     judges_additions = True
 
-    def __init__(self, settings: Settings, chat: Chat, limiter: RateLimiter, usage: UsageRecorder,
-                 counter: TokenCounter, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        chat: Chat,
+        limiter: RateLimiter,
+        usage: UsageRecorder,
+        counter: TokenCounter,
+        rng: random.Random | None = None,
+    ) -> None:
         self.settings = settings
         self.chat = chat
         self.limiter = limiter
@@ -74,8 +81,9 @@ class LLMController:
         self.duplicates = DuplicateCheck(settings.duplicate_threshold)
         self.name = f"llm:{chat.model}:prompt-v{PROMPT_VERSION}"
         self.rng = rng or random.Random()
-        self._mode: ResponseMode = ("json_object" if settings.llm_response_format == "json_object"
-                                    else "json_schema")
+        self._mode: ResponseMode = (
+            "json_object" if settings.llm_response_format == "json_object" else "json_schema"
+        )
         self._lock = threading.Lock()
         self.sleep = time.sleep
 
@@ -84,8 +92,13 @@ class LLMController:
         chat = ChatEndpoint(settings)
         scope = f"{settings.llm_base_url or 'default'}|{settings.llm_model}"
         limiter = RateLimiter(client, scope, settings.llm_rpm, settings.llm_tpm)
-        return cls(settings, chat, limiter, UsageRecorder(client),
-                   token_counter(settings.llm_tokenizer, settings.llm_model))
+        return cls(
+            settings,
+            chat,
+            limiter,
+            UsageRecorder(client),
+            token_counter(settings.llm_tokenizer, settings.llm_model),
+        )
 
     # -- the port ------------------------------------------------------------------------------
     def decide(self, inputs: Sequence[DecisionInput]) -> list[Decision]:
@@ -111,8 +124,9 @@ class LLMController:
         return [idx[k : k + size] for idx in by_ns.values() for k in range(0, len(idx), size)]
 
     # -- one call's events ---------------------------------------------------------------------
-    def _decide_chunk(self, chunk: list[int], inputs: Sequence[DecisionInput],
-                      deadline: float) -> dict[int, Decision]:
+    def _decide_chunk(
+        self, chunk: list[int], inputs: Sequence[DecisionInput], deadline: float
+    ) -> dict[int, Decision]:
         s = self.settings
         batch = build_batch([inputs[i] for i in chunk], self.counter, s.llm_event_tokens)
         done: dict[int, Decision] = {}
@@ -139,8 +153,13 @@ class LLMController:
                     self.sleep(max(0.0, deadline - time.monotonic()))
                     give_up = True
                 if give_up:
-                    log.warning("llm.call_gave_up", kind=exc.kind, attempts=transient, events=len(pending),
-                                error=str(exc))
+                    log.warning(
+                        "llm.call_gave_up",
+                        kind=exc.kind,
+                        attempts=transient,
+                        events=len(pending),
+                        error=str(exc),
+                    )
                     if exc.kind != "rate_limit_wait":
                         # a circuit breaker: every worker pauses, so an outage spends an event's
                         # deliveries no faster than one per LLM_BACKOFF_MAX_S
@@ -155,8 +174,9 @@ class LLMController:
                 answers: dict[int, ControllerDecision | str] = dict.fromkeys(pending, str(exc))
                 self.usage.record_failure("rejected", len(pending))
             else:
-                answers = read_answer(reply.text, reply.finish_reason, batch, pending, self.name,
-                                      self.duplicates)
+                answers = read_answer(
+                    reply.text, reply.finish_reason, batch, pending, self.name, self.duplicates
+                )
             for n, answer in answers.items():
                 if isinstance(answer, ControllerDecision):
                     done[n] = answer
@@ -164,15 +184,21 @@ class LLMController:
                 invalid[n] += 1
                 refused[n] = answer
                 self.usage.record_failure("invalid")
-                log.info("llm.answer_refused", event_id=str(batch.event(n).input.event.event_id),
-                         attempt=invalid[n], reason=answer)
+                log.info(
+                    "llm.answer_refused",
+                    event_id=str(batch.event(n).input.event.event_id),
+                    attempt=invalid[n],
+                    reason=answer,
+                )
                 if invalid[n] >= s.llm_max_attempts:
-                    done[n] = DecisionFailure(f"LLM answer still invalid after {invalid[n]} tries: {answer}",
-                                              transient=False)
+                    done[n] = DecisionFailure(
+                        f"LLM answer still invalid after {invalid[n]} tries: {answer}", transient=False
+                    )
         return {chunk[n - 1]: d for n, d in done.items()}
 
-    def _call(self, user: str, batch: PromptBatch, pending: list[int], *, repair: bool,
-              deadline: float) -> ChatReply:
+    def _call(
+        self, user: str, batch: PromptBatch, pending: list[int], *, repair: bool, deadline: float
+    ) -> ChatReply:
         """One request: rate limit, the endpoint, the JSON-mode fallback, the accounting."""
         estimate = self.counter.count(SYSTEM_PROMPT) + self.counter.count(user) + 8
         reserved = estimate + COMPLETION_TOKENS_PER_EVENT * len(pending)
@@ -193,12 +219,17 @@ class LLMController:
             self.limiter.settle(reserved, 0)
             raise
         prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else estimate
-        completion_tokens = (reply.completion_tokens if reply.completion_tokens is not None
-                             else self.counter.count(reply.text))
+        completion_tokens = (
+            reply.completion_tokens if reply.completion_tokens is not None else self.counter.count(reply.text)
+        )
         self.limiter.settle(reserved, prompt_tokens + completion_tokens)
-        self.usage.record_call(reply.model, "repair" if repair else "decide",
-                               [str(batch.event(n).input.event.event_id) for n in pending],
-                               prompt_tokens, completion_tokens)
+        self.usage.record_call(
+            reply.model,
+            "repair" if repair else "decide",
+            [str(batch.event(n).input.event.event_id) for n in pending],
+            prompt_tokens,
+            completion_tokens,
+        )
         return reply
 
     def _backoff(self, attempt: int, exc: EndpointError) -> float:

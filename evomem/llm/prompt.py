@@ -92,8 +92,10 @@ RESPONSE_SCHEMA: dict[str, Any] = {
 }
 
 INSIGHTS_HEADER = 'INSIGHTS, one JSON object a line: {"insight": <number>, "text": ...}'
-EVENTS_HEADER = ('EVENTS, one JSON object a line. Its "insights" are the numbers of the insights '
-                 "retrieved for that event: judge each of them once and name no other.")
+EVENTS_HEADER = (
+    'EVENTS, one JSON object a line. Its "insights" are the numbers of the insights '
+    "retrieved for that event: judge each of them once and name no other."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +142,10 @@ class PromptBatch:
 def correction(errors: dict[int, str]) -> str:
     """What a retry adds: why the last answer was refused, event by event."""
     items = "\n".join(f"- {message}" for _, message in sorted(errors.items()))
-    return (f"Your previous answer could not be used:\n{items}\n"
-            "Answer again for these events, as one complete JSON object.")
+    return (
+        f"Your previous answer could not be used:\n{items}\n"
+        "Answer again for these events, as one complete JSON object."
+    )
 
 
 def build_batch(inputs: Sequence[DecisionInput], counter: TokenCounter, event_tokens: int) -> PromptBatch:
@@ -157,13 +161,17 @@ def build_batch(inputs: Sequence[DecisionInput], counter: TokenCounter, event_to
                 numbers[node.id] = len(numbers) + 1
                 insights[numbers[node.id]] = node
             labels.append(numbers[node.id])
-        views.append(EventView(n, inp, tuple(labels), _line(event_document(n, inp.event, labels, counter,
-                                                                           event_tokens))))
+        views.append(
+            EventView(
+                n, inp, tuple(labels), _line(event_document(n, inp.event, labels, counter, event_tokens))
+            )
+        )
     return PromptBatch(tuple(views), insights)
 
 
-def event_document(number: int, event: TaskEvent, labels: Sequence[int], counter: TokenCounter,
-                   budget: int) -> dict[str, Any]:
+def event_document(
+    number: int, event: TaskEvent, labels: Sequence[int], counter: TokenCounter, budget: int
+) -> dict[str, Any]:
     """The event's fields, cut so that together they stay within ``budget`` tokens: the query to a
     quarter, the final answer to an eighth, the feedback to a quarter, the trajectory to the rest."""
     query = cut(counter, event.query, budget // 4)
@@ -185,8 +193,10 @@ def event_document(number: int, event: TaskEvent, labels: Sequence[int], counter
 
 def render_trajectory(steps: Sequence[Any]) -> str:
     """Numbered steps, one a line; a structured step as compact JSON."""
-    return "\n".join(f"{i}. {s if isinstance(s, str) else json.dumps(s, ensure_ascii=False, default=str)}"
-                     for i, s in enumerate(steps, 1))
+    return "\n".join(
+        f"{i}. {s if isinstance(s, str) else json.dumps(s, ensure_ascii=False, default=str)}"
+        for i, s in enumerate(steps, 1)
+    )
 
 
 def _line(doc: dict[str, Any]) -> str:

@@ -86,12 +86,22 @@ return 1
 class RateLimiter:
     """The shared limit of one endpoint and model (``scope``); ``rpm``/``tpm`` of 0 mean no limit."""
 
-    def __init__(self, client: redis.Redis, scope: str, rpm: int = 0, tpm: int = 0,
-                 sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        scope: str,
+        rpm: int = 0,
+        tpm: int = 0,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
         self.r = client
         self.rpm, self.tpm = rpm, tpm
-        self._keys = [keys.llm_limit(scope, "requests"), keys.llm_limit(scope, "tokens"),
-                      keys.llm_limit(scope, "blocked")]
+        self._keys = [
+            keys.llm_limit(scope, "requests"),
+            keys.llm_limit(scope, "tokens"),
+            keys.llm_limit(scope, "blocked"),
+        ]
         self._acquire = client.register_script(_ACQUIRE)
         self._settle = client.register_script(_SETTLE)
         self._block = client.register_script(_BLOCK)
@@ -119,8 +129,11 @@ class RateLimiter:
             left = deadline - time.monotonic()
             if wait > left:
                 self.sleep(max(0.0, left))
-                raise EndpointError("rate_limit_wait", f"LLM rate limit: {wait:.1f} s to wait, more than the "
-                                    "batch has left", retry_now=False)
+                raise EndpointError(
+                    "rate_limit_wait",
+                    f"LLM rate limit: {wait:.1f} s to wait, more than the batch has left",
+                    retry_now=False,
+                )
             self.sleep(wait)
 
     def settle(self, reserved: int, used: int) -> None:

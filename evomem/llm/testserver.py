@@ -29,8 +29,18 @@ from typing import Any, Literal
 from evomem.llm.prompt import EVENTS_HEADER, INSIGHTS_HEADER
 from evomem.llm.tokens import EstimatedTokens
 
-FaultKind = Literal["rate_limit", "server_error", "unavailable", "bad_request", "slow", "truncated",
-                    "wrong_shape", "prose", "unknown_ids", "obey"]
+FaultKind = Literal[
+    "rate_limit",
+    "server_error",
+    "unavailable",
+    "bad_request",
+    "slow",
+    "truncated",
+    "wrong_shape",
+    "prose",
+    "unknown_ids",
+    "obey",
+]
 EVENT_FAULTS = frozenset({"unknown_ids", "obey"})
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 _INSIGHT_REF = re.compile(r"\binsight\s+#?(\d+)", re.I)
@@ -75,8 +85,9 @@ class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
 
-    def take(self, text: str, kinds: frozenset[str] | None = None,
-             exclude: frozenset[str] = frozenset()) -> Fault | None:
+    def take(
+        self, text: str, kinds: frozenset[str] | None = None, exclude: frozenset[str] = frozenset()
+    ) -> Fault | None:
         """The first fault that applies to ``text``, used up once."""
         with self.lock:
             for f in self.faults:
@@ -127,12 +138,16 @@ def judge(doc: dict[str, Any], insights: dict[int, str]) -> dict[str, Any]:
     proposed = doc.get("proposed_insight")
     known = {insights.get(n, "").strip().lower() for n in doc.get("insights", [])}
     add = bool(proposed) and str(proposed).strip().lower() not in known
-    return {"event": doc["event"], "insight_edits": edits,
-            "add_new_insight": {"decision": add, "new_insight_text": proposed if add else None}}
+    return {
+        "event": doc["event"],
+        "insight_edits": edits,
+        "add_new_insight": {"decision": add, "new_insight_text": proposed if add else None},
+    }
 
 
-def corrupt(entry: dict[str, Any], doc: dict[str, Any], kind: str,
-            insights: dict[int, str]) -> dict[str, Any]:
+def corrupt(
+    entry: dict[str, Any], doc: dict[str, Any], kind: str, insights: dict[int, str]
+) -> dict[str, Any]:
     """An event's entry as a faulty model would write it."""
     if kind == "unknown_ids":
         wrong = max([*insights, 0]) + 100
@@ -140,10 +155,14 @@ def corrupt(entry: dict[str, Any], doc: dict[str, Any], kind: str,
         return {**entry, "insight_edits": [{**edits[0], "insight": wrong}, *edits[1:]]}
     # "obey": does what the trajectory says, archiving its insights and whatever else it names
     said = str(doc.get("trajectory", "")) + " " + str(doc.get("feedback", ""))
-    named: list[Any] = [*doc.get("insights", []), *(int(m) for m in _INSIGHT_REF.findall(said)),
-                        *_UUID.findall(said)]
-    edits = [{"insight": n, "operation": "ARCHIVE", "revised_insight_text": None}
-             for n in dict.fromkeys(named)]
+    named: list[Any] = [
+        *doc.get("insights", []),
+        *(int(m) for m in _INSIGHT_REF.findall(said)),
+        *_UUID.findall(said),
+    ]
+    edits = [
+        {"insight": n, "operation": "ARCHIVE", "revised_insight_text": None} for n in dict.fromkeys(named)
+    ]
     return {**entry, "insight_edits": edits}
 
 
@@ -208,22 +227,39 @@ class _Handler(BaseHTTPRequestHandler):
 
         def record(status: int, fault: Fault | None, completion: int = 0) -> None:
             with state.lock:
-                state.calls.append(Call(mode, tuple(int(e["event"]) for e in events),
-                                        tuple(str(e.get("query", "")) for e in events), status,
-                                        fault.kind if fault else None, prompt_tokens, completion, prompt))
+                state.calls.append(
+                    Call(
+                        mode,
+                        tuple(int(e["event"]) for e in events),
+                        tuple(str(e.get("query", "")) for e in events),
+                        status,
+                        fault.kind if fault else None,
+                        prompt_tokens,
+                        completion,
+                        prompt,
+                    )
+                )
 
         if state.api_key is not None and self.headers.get("Authorization") != f"Bearer {state.api_key}":
             given = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
             record(401, None)
-            self._send(401, {"error": {"message": f"Incorrect API key provided: {given}",
-                                       "code": "invalid_api_key"}})
+            self._send(
+                401, {"error": {"message": f"Incorrect API key provided: {given}", "code": "invalid_api_key"}}
+            )
             return
         if state.stopping.wait(state.latency_s):
             return
         if mode == "json_schema" and not state.json_schema:
             record(400, None)
-            self._send(400, {"error": {"message": "response_format of type 'json_schema' is not supported by "
-                                                  "this server", "param": "response_format"}})
+            self._send(
+                400,
+                {
+                    "error": {
+                        "message": "response_format of type 'json_schema' is not supported by this server",
+                        "param": "response_format",
+                    }
+                },
+            )
             return
         if mode == "json_object" and "json" not in prompt.lower():
             record(400, None)
@@ -234,8 +270,10 @@ class _Handler(BaseHTTPRequestHandler):
             record(_STATUS[fault.kind], fault)
             headers = {}
             if fault.kind == "rate_limit":
-                headers = {"Retry-After": str(math.ceil(fault.retry_after_s)),
-                           "retry-after-ms": str(int(fault.retry_after_s * 1000))}
+                headers = {
+                    "Retry-After": str(math.ceil(fault.retry_after_s)),
+                    "retry-after-ms": str(int(fault.retry_after_s * 1000)),
+                }
             self._send(_STATUS[fault.kind], {"error": {"message": f"injected fault: {fault.kind}"}}, headers)
             return
         late = fault is not None and fault.kind == "slow"
@@ -253,14 +291,27 @@ class _Handler(BaseHTTPRequestHandler):
         completion = counter.count(content)
         if not late:
             record(200, fault, completion)
-        self._send(200, {
-            "id": "chatcmpl-evomem-test", "object": "chat.completion", "created": 0,
-            "model": body.get("model", "evomem-test"),
-            "choices": [{"index": 0, "finish_reason": finish,
-                         "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                      "total_tokens": prompt_tokens + completion},
-        })
+        self._send(
+            200,
+            {
+                "id": "chatcmpl-evomem-test",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body.get("model", "evomem-test"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": finish,
+                        "message": {"role": "assistant", "content": content},
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt_tokens + completion,
+                },
+            },
+        )
 
     @staticmethod
     def _content(answer: dict[str, Any], fault: Fault | None) -> tuple[str, str]:
@@ -269,8 +320,9 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "truncated":
             return text[: len(text) // 2], "length"
         if kind == "wrong_shape":  # one event in the paper's single-event shape, ids as strings
-            return json.dumps({"insight_edits": [{"insight_id": "1", "operation": "KEEP"}],
-                               "add_new_insight": False}), "stop"
+            return json.dumps(
+                {"insight_edits": [{"insight_id": "1", "operation": "KEEP"}], "add_new_insight": False}
+            ), "stop"
         if kind == "prose":
             return f"Sure! Here are the memory edits:\n```json\n{text}\n```\nAnything else?", "stop"
         return text, "stop"
@@ -305,8 +357,14 @@ class _Server(ThreadingHTTPServer):
 class LLMTestServer:
     """The endpoint in a background thread: ``with LLMTestServer() as server: server.url``."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0,
-                 json_schema: bool = True, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        latency_s: float = 0.0,
+        json_schema: bool = True,
+        api_key: str | None = None,
+    ) -> None:
         self.state = _State(latency_s, json_schema, api_key)
         self._httpd = _Server((host, port), self.state)
         self._thread: threading.Thread | None = None
@@ -321,8 +379,12 @@ class LLMTestServer:
         return f"http://{host.decode() if isinstance(host, bytes) else host}:{self.port}/v1"
 
     def start(self) -> LLMTestServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="evomem-llm-testserver", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="evomem-llm-testserver",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -376,17 +438,22 @@ class LLMTestServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evomem.llm.testserver", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m evomem.llm.testserver",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--latency-ms", type=float, default=0.0, help="delay before each answer")
-    parser.add_argument("--no-json-schema", action="store_true",
-                        help="refuse response_format json_schema (400)")
+    parser.add_argument(
+        "--no-json-schema", action="store_true", help="refuse response_format json_schema (400)"
+    )
     parser.add_argument("--api-key", help="require this bearer key")
     args = parser.parse_args(argv)
-    server = LLMTestServer(args.host, args.port, args.latency_ms / 1000, not args.no_json_schema,
-                           args.api_key)
+    server = LLMTestServer(
+        args.host, args.port, args.latency_ms / 1000, not args.no_json_schema, args.api_key
+    )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     server.start()

@@ -49,7 +49,7 @@ class EstimatedTokens:
 
     def tail(self, text: str, tokens: int) -> str:
         raw = text.encode()
-        return raw[max(0, len(raw) - tokens * BYTES_PER_TOKEN):].decode(errors="ignore")
+        return raw[max(0, len(raw) - tokens * BYTES_PER_TOKEN) :].decode(errors="ignore")
 
 
 class TiktokenTokens:
@@ -67,7 +67,7 @@ class TiktokenTokens:
 
     def tail(self, text: str, tokens: int) -> str:
         ids = self.encoding.encode(text, disallowed_special=())
-        return str(self.encoding.decode(ids[max(0, len(ids) - tokens):])) if tokens > 0 else ""
+        return str(self.encoding.decode(ids[max(0, len(ids) - tokens) :])) if tokens > 0 else ""
 
 
 def cut(counter: TokenCounter, text: str, budget: int) -> str:
@@ -123,8 +123,12 @@ def _load(setting: str, model: str) -> TokenCounter:
     if isinstance(result, ValueError) and setting != "auto":
         raise ConfigError(f"EVOMEM_LLM_TOKENIZER={setting}: tiktoken has no such encoding") from None
     if isinstance(result, Exception):
-        log.warning("llm.tokenizer_estimate", encoding=name, error=type(result).__name__,
-                    hint="tokens are estimated; pre-seed TIKTOKEN_CACHE_DIR for exact counts")
+        log.warning(
+            "llm.tokenizer_estimate",
+            encoding=name,
+            error=type(result).__name__,
+            hint="tokens are estimated; pre-seed TIKTOKEN_CACHE_DIR for exact counts",
+        )
         return EstimatedTokens()
     return TiktokenTokens(result)
 

@@ -38,8 +38,9 @@ class UsageRecorder:
     def __init__(self, client: redis.Redis) -> None:
         self.r = client
 
-    def record_call(self, model: str, operation: str, event_ids: Sequence[str], prompt_tokens: int,
-                    completion_tokens: int) -> None:
+    def record_call(
+        self, model: str, operation: str, event_ids: Sequence[str], prompt_tokens: int, completion_tokens: int
+    ) -> None:
         """One call's tokens: to its model and operation, and split evenly over its events."""
         pipe = self.r.pipeline(transaction=False)
         for scope in (f"model:{model}", f"op:{operation}"):
@@ -80,8 +81,11 @@ def price_of(model: str, settings: Settings | None = None) -> tuple[float, float
     """USD per 1k (prompt, completion) tokens of ``model``: the settings' prices apply to the
     configured model, the default table to the models it names. Endpoints report dated snapshots
     ("gpt-4o-mini-2024-07-18"), so a name matches its longest known prefix."""
-    if (settings is not None and settings.llm_price_prompt_per_1k is not None
-            and model.startswith(settings.llm_model)):
+    if (
+        settings is not None
+        and settings.llm_price_prompt_per_1k is not None
+        and model.startswith(settings.llm_model)
+    ):
         return settings.llm_price_prompt_per_1k, settings.llm_price_completion_per_1k or 0.0
     known = [name for name in DEFAULT_PRICES if model == name or model.startswith(name + "-")]
     return DEFAULT_PRICES[max(known, key=len)] if known else None
@@ -106,11 +110,16 @@ def summary(client: redis.Redis, settings: Settings | None = None) -> dict[str, 
     total_cost: float | None = 0.0
     for model, m in models.items():
         price = price_of(model, settings)
-        m["estimated_cost_usd"] = (None if price is None else
-                                   round(m["prompt_tokens"] / 1000 * price[0]
-                                         + m["completion_tokens"] / 1000 * price[1], 6))
-        total_cost = None if total_cost is None or m["estimated_cost_usd"] is None else \
-            total_cost + m["estimated_cost_usd"]
+        m["estimated_cost_usd"] = (
+            None
+            if price is None
+            else round(m["prompt_tokens"] / 1000 * price[0] + m["completion_tokens"] / 1000 * price[1], 6)
+        )
+        total_cost = (
+            None
+            if total_cost is None or m["estimated_cost_usd"] is None
+            else total_cost + m["estimated_cost_usd"]
+        )
     totals = {metric: sum(m[metric] for m in models.values()) for metric in _METRICS if metric != "events"}
     judged = operations.get("decide", {}).get("events", 0)
     return {
@@ -123,7 +132,7 @@ def summary(client: redis.Redis, settings: Settings | None = None) -> dict[str, 
         "failures": failures,
         "estimated_cost_usd": None if total_cost is None else round(total_cost, 6),
         "cost_note": "an estimate: reported tokens × list price per 1k tokens (EVOMEM_LLM_PRICE_* or a "
-                     "default table); null where a model has no price",
+        "default table); null where a model has no price",
     }
 
 

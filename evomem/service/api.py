@@ -31,7 +31,9 @@ class ServedInsight(_Body):
 
 
 class Staleness(_Body):
-    projector_lag_s: float = Field(description="age of the oldest change not yet in the index; 0 when in step")
+    projector_lag_s: float = Field(
+        description="age of the oldest change not yet in the index; 0 when in step"
+    )
 
 
 class RetrieveResponse(_Body):
@@ -83,48 +85,96 @@ class ErrorBody(_Body):
 
 
 def openapi() -> dict[str, Any]:
-    models: list[type[BaseModel]] = [RetrieveRequest, RetrieveResponse, TaskEvent, EventAccepted, InsightResponse,
-                                     LineageResponse, ErrorBody]
-    _, schema = models_json_schema([(m, "validation") for m in models], ref_template="#/components/schemas/{model}")
+    models: list[type[BaseModel]] = [
+        RetrieveRequest,
+        RetrieveResponse,
+        TaskEvent,
+        EventAccepted,
+        InsightResponse,
+        LineageResponse,
+        ErrorBody,
+    ]
+    _, schema = models_json_schema(
+        [(m, "validation") for m in models], ref_template="#/components/schemas/{model}"
+    )
     ref = "#/components/schemas/{}".format
 
     def body(name: str) -> dict[str, Any]:
         return {"content": {"application/json": {"schema": {"$ref": ref(name)}}}}
 
-    errors = {str(code): {"description": text, **body("ErrorBody")} for code, text in
-              ((401, "no or unknown token"), (403, "the token may not use this namespace"),
-               (422, "invalid body; `field` names what is wrong"), (503, "a store is briefly unreachable"))}
+    errors = {
+        str(code): {"description": text, **body("ErrorBody")}
+        for code, text in (
+            (401, "no or unknown token"),
+            (403, "the token may not use this namespace"),
+            (422, "invalid body; `field` names what is wrong"),
+            (503, "a store is briefly unreachable"),
+        )
+    }
     secured: list[dict[str, list[str]]] = [{"bearer": []}]
     return {
         "openapi": "3.1.0",
         "info": {"title": "evomem retrieval service", "version": "1"},
-        "components": {"schemas": schema.get("$defs", {}),
-                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {
+            "schemas": schema.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
         "paths": {
-            "/v1/retrieve": {"post": {"summary": "insights for a task, ranked by support minus conflict",
-                                      "security": secured, "requestBody": body("RetrieveRequest"),
-                                      "responses": {"200": {"description": "ranked insights",
-                                                            **body("RetrieveResponse")}, **errors}}},
-            "/v1/events": {"post": {"summary": "report a task's outcome; consolidated later",
-                                    "security": secured, "requestBody": body("TaskEvent"),
-                                    "responses": {"202": {"description": "accepted", **body("EventAccepted")},
-                                                  **errors}}},
-            "/v1/insights/{id}": {"get": {"summary": "an insight with its evidence and history",
-                                          "security": secured, "parameters": [_id_param()],
-                                          "responses": {"200": {"description": "the insight",
-                                                                **body("InsightResponse")},
-                                                        "404": {"description": "no such insight"}, **errors}}},
-            "/v1/insights/{id}/lineage": {"get": {"summary": "the revision chain through an insight",
-                                                  "security": secured, "parameters": [_id_param()],
-                                                  "responses": {"200": {"description": "oldest first",
-                                                                        **body("LineageResponse")},
-                                                                "404": {"description": "no such insight"},
-                                                                **errors}}},
-            "/healthz": {"get": {"summary": "liveness and the state of the stores",
-                                 "responses": {"200": {"description": "healthy"},
-                                               "503": {"description": "degraded"}}}},
-            "/metrics": {"get": {"summary": "Prometheus metrics",
-                                 "responses": {"200": {"description": "text exposition format"}}}},
+            "/v1/retrieve": {
+                "post": {
+                    "summary": "insights for a task, ranked by support minus conflict",
+                    "security": secured,
+                    "requestBody": body("RetrieveRequest"),
+                    "responses": {
+                        "200": {"description": "ranked insights", **body("RetrieveResponse")},
+                        **errors,
+                    },
+                }
+            },
+            "/v1/events": {
+                "post": {
+                    "summary": "report a task's outcome; consolidated later",
+                    "security": secured,
+                    "requestBody": body("TaskEvent"),
+                    "responses": {"202": {"description": "accepted", **body("EventAccepted")}, **errors},
+                }
+            },
+            "/v1/insights/{id}": {
+                "get": {
+                    "summary": "an insight with its evidence and history",
+                    "security": secured,
+                    "parameters": [_id_param()],
+                    "responses": {
+                        "200": {"description": "the insight", **body("InsightResponse")},
+                        "404": {"description": "no such insight"},
+                        **errors,
+                    },
+                }
+            },
+            "/v1/insights/{id}/lineage": {
+                "get": {
+                    "summary": "the revision chain through an insight",
+                    "security": secured,
+                    "parameters": [_id_param()],
+                    "responses": {
+                        "200": {"description": "oldest first", **body("LineageResponse")},
+                        "404": {"description": "no such insight"},
+                        **errors,
+                    },
+                }
+            },
+            "/healthz": {
+                "get": {
+                    "summary": "liveness and the state of the stores",
+                    "responses": {"200": {"description": "healthy"}, "503": {"description": "degraded"}},
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus metrics",
+                    "responses": {"200": {"description": "text exposition format"}},
+                }
+            },
         },
     }
 
@@ -134,6 +184,12 @@ def _id_param() -> dict[str, Any]:
 
 
 __all__ = [
-    "ErrorBody", "EventAccepted", "InsightResponse", "LineageResponse", "RetrieveRequest", "RetrieveResponse",
-    "ServedInsight", "openapi",
+    "ErrorBody",
+    "EventAccepted",
+    "InsightResponse",
+    "LineageResponse",
+    "RetrieveRequest",
+    "RetrieveResponse",
+    "ServedInsight",
+    "openapi",
 ]

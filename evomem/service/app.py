@@ -53,15 +53,23 @@ class RetrievalService:
         except TransientError:
             # Redis is unreachable: serve from Qdrant alone, without the query-graph expansion and
             # without a retrieval record, and say so rather than fail the agent.
-            r = retriever.retrieve(body.query, body.namespace, top_k=body.top_k, budget=body.budget, hops=0,
-                                   record=False)
-            degraded = "redis unreachable: no query-graph expansion, and this retrieval id cannot be reported on"
+            r = retriever.retrieve(
+                body.query, body.namespace, top_k=body.top_k, budget=body.budget, hops=0, record=False
+            )
+            degraded = (
+                "redis unreachable: no query-graph expansion, and this retrieval id cannot be reported on"
+            )
         self.metrics.served_insights(len(r.insights), degraded is not None)
         return RetrieveResponse(
-            retrieval_id=r.id, namespace=r.namespace,
-            insights=[ServedInsight(id=i.id, text=i.text, score=i.score, support=i.support, conflict=i.conflict)
-                      for i in r.insights],
-            similar_queries=list(r.similar), stale=Staleness(projector_lag_s=self.staleness()), degraded=degraded,
+            retrieval_id=r.id,
+            namespace=r.namespace,
+            insights=[
+                ServedInsight(id=i.id, text=i.text, score=i.score, support=i.support, conflict=i.conflict)
+                for i in r.insights
+            ],
+            similar_queries=list(r.similar),
+            stale=Staleness(projector_lag_s=self.staleness()),
+            degraded=degraded,
         )
 
     # -- events ------------------------------------------------------------------------------------
@@ -73,16 +81,20 @@ class RetrievalService:
     # -- insights ------------------------------------------------------------------------------------
     def insight(self, principal: Principal, insight_id: str) -> InsightResponse:
         view = self._visible(principal, insight_id)
-        return InsightResponse(insight=view.node, lineage=list(view.lineage),
-                               history=[asdict(h) for h in view.history])
+        return InsightResponse(
+            insight=view.node, lineage=list(view.lineage), history=[asdict(h) for h in view.history]
+        )
 
     def lineage(self, principal: Principal, insight_id: str) -> LineageResponse:
         view = self._visible(principal, insight_id)
         nodes = self.memory.graph.insights(view.lineage)
-        return LineageResponse(id=insight_id, lineage=[
-            LineageEntry(id=n.id, text=n.text, state=n.state, version=n.version)
-            for n in (nodes[i] for i in view.lineage if i in nodes)
-        ])
+        return LineageResponse(
+            id=insight_id,
+            lineage=[
+                LineageEntry(id=n.id, text=n.text, state=n.state, version=n.version)
+                for n in (nodes[i] for i in view.lineage if i in nodes)
+            ],
+        )
 
     def _visible(self, principal: Principal, insight_id: str) -> Any:
         try:
@@ -117,7 +129,9 @@ class RetrievalService:
         value = 0.0
         if projector is not None:
             try:
-                nxt = self.memory.redis.xrange(keys.CHANGES_STREAM, min=f"({projector.cursor}", max="+", count=1)
+                nxt = self.memory.redis.xrange(
+                    keys.CHANGES_STREAM, min=f"({projector.cursor}", max="+", count=1
+                )
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 nxt = []
             if nxt:

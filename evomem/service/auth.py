@@ -60,7 +60,7 @@ class TokenAuth:
             return OPEN
         if not header or not header.startswith("Bearer "):
             raise Unauthorized("missing bearer token")
-        offered = header[len("Bearer "):].strip().encode()
+        offered = header[len("Bearer ") :].strip().encode()
         found = None
         for token, principal in self.tokens:  # compare with every token, in constant time each
             if hmac.compare_digest(token, offered):

@@ -47,7 +47,10 @@ class Metrics:
         with self._lock:
             for (route, outcome), n in sorted(self.requests.items()):
                 lines.append(f'evomem_requests_total{{route="{route}",outcome="{outcome}"}} {n}')
-            lines += ["# HELP evomem_request_seconds Request latency.", "# TYPE evomem_request_seconds histogram"]
+            lines += [
+                "# HELP evomem_request_seconds Request latency.",
+                "# TYPE evomem_request_seconds histogram",
+            ]
             for route, buckets in sorted(self.latency.items()):
                 cumulative = 0
                 for bound, n in zip((*BUCKETS_S, float("inf")), buckets, strict=True):
@@ -57,7 +60,8 @@ class Metrics:
                 lines.append(f'evomem_request_seconds_sum{{route="{route}"}} {self.latency_sum[route]:.6f}')
                 lines.append(f'evomem_request_seconds_count{{route="{route}"}} {cumulative}')
             lines += [
-                "# HELP evomem_retrievals_total Retrievals served.", "# TYPE evomem_retrievals_total counter",
+                "# HELP evomem_retrievals_total Retrievals served.",
+                "# TYPE evomem_retrievals_total counter",
                 f"evomem_retrievals_total {self.retrievals}",
                 "# HELP evomem_served_insights_total Insights served over all retrievals.",
                 "# TYPE evomem_served_insights_total counter",

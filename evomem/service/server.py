@@ -8,7 +8,6 @@ import re
 import signal
 import threading
 import time
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _json(self, status: int, payload: BaseModel | dict[str, Any]) -> None:
-        data = payload.model_dump_json() if isinstance(payload, BaseModel) else json.dumps(payload, default=str)
+        data = (
+            payload.model_dump_json() if isinstance(payload, BaseModel) else json.dumps(payload, default=str)
+        )
         self._send(status, data.encode())
 
     def _error(self, status: int, message: str, field: str | None = None) -> None:
@@ -97,16 +98,20 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         svc = self.server.service
         if self.path == "/v1/retrieve":
+
             def retrieve() -> None:
                 body = self._body()  # read first: an unread body would corrupt the kept-alive connection
                 principal = self._principal()
                 self._json(200, svc.retrieve(principal, RetrieveRequest.model_validate_json(body)))
+
             self._dispatch("retrieve", retrieve)
         elif self.path == "/v1/events":
+
             def events() -> None:
                 body = self._body()
                 principal = self._principal()
                 self._json(202, svc.publish(principal, TaskEvent.model_validate_json(body)))
+
             self._dispatch("events", events)
         else:
             self._body()
@@ -122,15 +127,19 @@ class _Handler(BaseHTTPRequestHandler):
                 principal = self._principal()
                 body = svc.lineage(principal, insight_id) if lineage else svc.insight(principal, insight_id)
                 self._json(200, body)
+
             self._dispatch("lineage" if lineage else "insight", insight)
         elif self.path == "/healthz":
+
             def health() -> None:
                 healthy, body = svc.health()
                 self._json(200 if healthy else 503, body)
+
             self._dispatch("healthz", health)
         elif self.path == "/metrics":
-            self._dispatch("metrics", lambda: self._send(200, svc.metrics.render().encode(),
-                                                         "text/plain; version=0.0.4"))
+            self._dispatch(
+                "metrics", lambda: self._send(200, svc.metrics.render().encode(), "text/plain; version=0.0.4")
+            )
         elif self.path == "/openapi.json":
             self._dispatch("openapi", lambda: self._json(200, openapi()))
         else:
@@ -154,8 +163,10 @@ class EvomemHTTPServer(ThreadingHTTPServer):
 def build_server(settings: Settings, memory: Memory | None = None) -> EvomemHTTPServer:
     auth = TokenAuth(settings.tokens.get_secret_value() if settings.tokens else None)
     if not auth.enabled and settings.http_host not in ("127.0.0.1", "localhost", "::1"):
-        raise ConfigError("without EVOMEM_TOKENS the service only listens on loopback; set tokens to bind "
-                          f"{settings.http_host}")
+        raise ConfigError(
+            "without EVOMEM_TOKENS the service only listens on loopback; set tokens to bind "
+            f"{settings.http_host}"
+        )
     memory = memory or Memory.open_local(settings)
     memory.follow()
     return EvomemHTTPServer((settings.http_host, settings.http_port), RetrievalService(memory, auth))

@@ -41,10 +41,18 @@ class _Insight:
 
     def freeze(self) -> InsightNode:
         return InsightNode(
-            id=self.id, namespace=self.namespace, text=self.text, state=self.state,
-            positive=frozenset(self.positive), negative=frozenset(self.negative), version=self.version,
-            revised_from=self.revised_from, revised_to=self.revised_to,
-            created_by_event=self.created_by_event, created_at=self.created_at, updated_at=self.updated_at,
+            id=self.id,
+            namespace=self.namespace,
+            text=self.text,
+            state=self.state,
+            positive=frozenset(self.positive),
+            negative=frozenset(self.negative),
+            version=self.version,
+            revised_from=self.revised_from,
+            revised_to=self.revised_to,
+            created_by_event=self.created_by_event,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
         )
 
 
@@ -87,11 +95,21 @@ class InMemoryGraphStore:
                     assert outcome.new_id is not None
                     created.append(outcome.new_id)
                 self._history.append(
-                    EditRecord(plan.event_id, edit.op, outcome.outcome, outcome.insight_id,
-                               outcome.new_id or outcome.forwarded_to, plan.query_id, edit.decided_by, at)
+                    EditRecord(
+                        plan.event_id,
+                        edit.op,
+                        outcome.outcome,
+                        outcome.insight_id,
+                        outcome.new_id or outcome.forwarded_to,
+                        plan.query_id,
+                        edit.decided_by,
+                        at,
+                    )
                 )
             if plan.status == "resolved":
-                linked = [o.new_id for o in outcomes if o.outcome in ("added", "revised", "merged") and o.new_id]
+                linked = [
+                    o.new_id for o in outcomes if o.outcome in ("added", "revised", "merged") and o.new_id
+                ]
                 for b in linked:
                     for a in plan.retrieved:
                         if a != b and a in self._insights and self._insights[a].namespace == plan.namespace:
@@ -105,8 +123,13 @@ class InMemoryGraphStore:
     def _put_query(self, plan: EditPlan) -> None:
         if plan.query_id not in self._queries:
             self._queries[plan.query_id] = QueryNode(
-                id=plan.query_id, namespace=plan.namespace, text=plan.query_text, status=plan.status,
-                trajectory=json.loads(plan.trajectory_json), event_id=plan.event_id, created_at=plan.at,
+                id=plan.query_id,
+                namespace=plan.namespace,
+                text=plan.query_text,
+                status=plan.status,
+                trajectory=json.loads(plan.trajectory_json),
+                event_id=plan.event_id,
+                created_at=plan.at,
             )
             self._changes.append(Change(str(len(self._changes) + 1), "query", plan.query_id, 1))
             if plan.similar is None:
@@ -200,12 +223,24 @@ class InMemoryGraphStore:
         return current if current is not node and current.state == "active" else None
 
     def _create(
-        self, plan: EditPlan, new_id: str, text: str, positive: set[str], parent: str | None,
+        self,
+        plan: EditPlan,
+        new_id: str,
+        text: str,
+        positive: set[str],
+        parent: str | None,
         changed: dict[str, int],
     ) -> None:
         self._insights[new_id] = _Insight(
-            id=new_id, namespace=plan.namespace, text=text, state="active", created_by_event=plan.event_id,
-            created_at=plan.at, updated_at=plan.at, positive=set(positive), revised_from=parent,
+            id=new_id,
+            namespace=plan.namespace,
+            text=text,
+            state="active",
+            created_by_event=plan.event_id,
+            created_at=plan.at,
+            updated_at=plan.at,
+            positive=set(positive),
+            revised_from=parent,
         )
         changed[new_id] = 1
 
@@ -277,8 +312,9 @@ class InMemoryGraphStore:
     def history(self, insight_id: str) -> list[EditRecord]:
         with self._lock:
             # a rejected edit named a node it could not touch: it stays out of that node's history
-            return [h for h in self._history
-                    if insight_id in (h.insight_id, h.new_id) and h.outcome != "rejected"]
+            return [
+                h for h in self._history if insight_id in (h.insight_id, h.new_id) and h.outcome != "rejected"
+            ]
 
     def lineage(self, insight_id: str) -> list[str]:
         with self._lock:
@@ -319,7 +355,9 @@ class InMemoryGraphStore:
 
     def namespaces(self) -> set[str]:
         with self._lock:
-            return {n.namespace for n in self._insights.values()} | {q.namespace for q in self._queries.values()}
+            return {n.namespace for n in self._insights.values()} | {
+                q.namespace for q in self._queries.values()
+            }
 
     def insight_ids(self, namespace: str) -> set[str]:
         with self._lock:
@@ -331,5 +369,6 @@ class InMemoryGraphStore:
 
     def close(self) -> None:
         return None
+
 
 __all__ = ["InMemoryGraphStore"]

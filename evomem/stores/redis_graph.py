@@ -103,7 +103,7 @@ class RedisGraphStore:
             pipe.set(keys.decision(event_id), decisions[event_id].model_dump_json(), nx=True)
         for event_id in ids:
             pipe.get(keys.decision(event_id))
-        stored = pipe.execute()[len(ids):]
+        stored = pipe.execute()[len(ids) :]
         return {i: ControllerDecision.model_validate_json(raw) for i, raw in zip(ids, stored, strict=True)}
 
     def load_decisions(self, event_ids: Collection[str]) -> dict[str, ControllerDecision]:
@@ -129,8 +129,12 @@ class RedisGraphStore:
         return ControllerDecision.model_validate_json(stored)
 
     def save_retrieval(self, record: RetrievalRecord, ttl_s: int) -> None:
-        doc = {"namespace": record.namespace, "query": record.query, "similar": list(record.similar),
-               "insight_ids": list(record.insight_ids)}
+        doc = {
+            "namespace": record.namespace,
+            "query": record.query,
+            "similar": list(record.similar),
+            "insight_ids": list(record.insight_ids),
+        }
         self.r.set(keys.retrieval(record.id), json.dumps(doc), ex=ttl_s)
 
     # -- reads -------------------------------------------------------------------------------
@@ -149,10 +153,17 @@ class RedisGraphStore:
                 continue
             d = {_s(k): _s(v) for k, v in h.items()}
             out[i] = InsightNode(
-                id=i, namespace=d["namespace"], text=d["text"], state=d["state"],
-                positive=frozenset(_s(x) for x in pos), negative=frozenset(_s(x) for x in neg),
-                version=int(d["version"]), revised_from=d.get("revised_from"), revised_to=d.get("revised_to"),
-                created_by_event=d["created_by_event"], created_at=datetime.fromisoformat(d["created_at"]),
+                id=i,
+                namespace=d["namespace"],
+                text=d["text"],
+                state=d["state"],
+                positive=frozenset(_s(x) for x in pos),
+                negative=frozenset(_s(x) for x in neg),
+                version=int(d["version"]),
+                revised_from=d.get("revised_from"),
+                revised_to=d.get("revised_to"),
+                created_by_event=d["created_by_event"],
+                created_at=datetime.fromisoformat(d["created_at"]),
                 updated_at=datetime.fromisoformat(d["updated_at"]),
             )
         return out
@@ -168,8 +179,12 @@ class RedisGraphStore:
                 continue
             d = {_s(k): _s(v) for k, v in h.items()}
             out[i] = QueryNode(
-                id=i, namespace=d["namespace"], text=d["text"], status=d["status"],
-                trajectory=json.loads(d["trajectory"]), event_id=d["event_id"],
+                id=i,
+                namespace=d["namespace"],
+                text=d["text"],
+                status=d["status"],
+                trajectory=json.loads(d["trajectory"]),
+                event_id=d["event_id"],
                 created_at=datetime.fromisoformat(d["created_at"]),
             )
         return out
@@ -201,7 +216,9 @@ class RedisGraphStore:
         return {i: _s(ns) for i, ns in zip(ids, pipe.execute(), strict=True) if ns is not None}
 
     def history(self, insight_id: str) -> list[EditRecord]:
-        return [EditRecord(**json.loads(_s(x))) for x in self.r.lrange(keys.insight_history(insight_id), 0, -1)]
+        return [
+            EditRecord(**json.loads(_s(x))) for x in self.r.lrange(keys.insight_history(insight_id), 0, -1)
+        ]
 
     def lineage(self, insight_id: str) -> list[str]:
         def hop(i: str, field: str) -> str | None:
@@ -260,7 +277,9 @@ class RedisGraphStore:
 
 def _retrieval(retrieval_id: str, raw: bytes | str) -> RetrievalRecord:
     d = json.loads(raw)
-    return RetrievalRecord(retrieval_id, d["namespace"], d["query"], tuple(d["similar"]), tuple(d["insight_ids"]))
+    return RetrievalRecord(
+        retrieval_id, d["namespace"], d["query"], tuple(d["similar"]), tuple(d["insight_ids"])
+    )
 
 
 def _error(exc: Exception) -> Exception:
