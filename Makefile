@@ -29,8 +29,10 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: install           ## benchmarks; figures printed and written to bench/results.json
+bench: install           ## benchmarks; figures printed and merged into bench/results.json
 	$(BIN)/evomem bench
+	$(BIN)/python -m evomem.bench_pipeline
+	$(BIN)/python -m evomem.bench_llm
 
 up: install              ## Redis, workers and the retrieval side in the background (logs under DATA_DIR)
 	$(BIN)/evomem up
