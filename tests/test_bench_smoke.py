@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evomem import bench
+from evomem import bench, bench_http
 
 SCENARIO_KEYS = {
     "name",
@@ -58,9 +58,12 @@ def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
 def test_bench_writes_the_results_file(
     tmp_path: Path, variant: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    (tmp_path / "results.json").write_text(json.dumps({"llm": {"kept": True}}))
     assert bench.run(_args(tmp_path, "--variant", variant)) == 0
 
-    doc = json.loads((tmp_path / "results.json").read_text())
+    merged = json.loads((tmp_path / "results.json").read_text())
+    assert merged["llm"] == {"kept": True}  # another suite's figures survive
+    doc = merged[bench.RESULTS_KEY]
     assert doc["schema"] == bench.RESULTS_SCHEMA
     assert doc["variant"] == variant
     assert {
@@ -119,11 +122,87 @@ def test_the_dataset_is_deterministic_and_sized_as_asked() -> None:
     assert any(e.op == "ARCHIVE" for p in plans for e in p.edits)
 
 
+def test_a_results_file_in_the_old_layout_is_merged_not_wiped(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    old = {"schema": 1, "scenarios": [{"name": "retrieve"}], "machine": {"cores": 2}, "llm": {"x": 1}}
+    path.write_text(json.dumps(old))
+    bench.merge_results(path, "http", {"levels": []})
+    doc = json.loads(path.read_text())
+    assert doc == {
+        "retrieval": {"schema": 1, "scenarios": [{"name": "retrieve"}], "machine": {"cores": 2}},
+        "llm": {"x": 1},
+        "http": {"levels": []},
+    }
+    bench.merge_results(path, "retrieval", {"schema": 1, "scenarios": []})
+    assert json.loads(path.read_text())["retrieval"] == {"schema": 1, "scenarios": []}
+    assert json.loads(path.read_text())["http"] == {"levels": []}
+
+
+def test_the_http_benchmark_drives_the_service_from_another_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({"pipeline": {"kept": True}}))
+    parser = argparse.ArgumentParser()
+    bench_http.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--queries",
+            "300",
+            "--insights",
+            "150",
+            "--concurrency",
+            "1,4",
+            "--requests",
+            "15",
+            "--warmup",
+            "3",
+            "--level-seconds",
+            "5",
+            "--profile-requests",
+            "6",
+            "--scale",
+            "60,120",
+            "--scale-queries",
+            "200",
+            "--scale-iterations",
+            "10",
+            "--no-progress",
+            "--out",
+            str(out),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ]
+    )
+    assert bench_http.run(args) == 0
+
+    doc = json.loads(out.read_text())
+    assert doc["pipeline"] == {"kept": True}
+    http = doc[bench_http.HTTP_KEY]
+    modes = {(r["mode"], r["variant"], r["concurrency"]) for r in http["levels"]}
+    assert modes == {
+        (m, v, c) for c in (1, 4) for m, v in (("in_process", "-"), ("http", "nodelay"), ("http", "shipped"))
+    }
+    for r in http["levels"]:
+        assert r["errors"] == 0 and r["requests"] > 0 and r["qps"] > 0
+        assert 0 < r["p50_ms"] <= r["p99_ms"]
+    assert any(r["served_mean"] > 0 for r in http["levels"] if r["mode"] == "http")  # real answers came back
+    profile = http["profile"][0]
+    assert profile["requests"] > 0 and set(bench_http.SERVER_STAGES) <= profile["stages_p50_ms"].keys()
+    assert http["cprofile"]["groups_ms_per_request"]
+    points = doc[bench_http.SCALE_KEY]["points"]
+    assert [p["n_insights"] for p in points] == [60, 120]
+    assert all(p["p50_ms"] > 0 and p["index_insights"] == p["n_insights"] for p in points)
+    printed = capsys.readouterr().out
+    assert "HTTP nodelay" in printed and "scale curve" in printed
+    assert not (tmp_path / "data" / "http").exists()  # stores removed after the run
+
+
 def test_the_results_in_the_repo_have_the_documented_keys() -> None:
     path = Path(__file__).resolve().parents[1] / "bench" / "results.json"
     if not path.exists():
         pytest.skip("no bench/results.json yet: run `make bench`")
-    doc = json.loads(path.read_text())
+    doc = json.loads(path.read_text())[bench.RESULTS_KEY]
     assert doc["schema"] == bench.RESULTS_SCHEMA
     names = {(s["name"], s["n_queries"]) for s in doc["scenarios"]}
     assert {("retrieve", 100_000), ("report", 100_000)} <= names
