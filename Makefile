@@ -33,6 +33,7 @@ bench: install           ## benchmarks; figures printed and merged into bench/re
 	$(BIN)/evomem bench
 	$(BIN)/python -m evomem.bench_pipeline
 	$(BIN)/python -m evomem.bench_llm
+	$(BIN)/python -m evomem.bench_http
 
 up: install              ## Redis, workers and the retrieval side in the background (logs under DATA_DIR)
 	$(BIN)/evomem up

@@ -32,6 +32,9 @@ _INSIGHT = re.compile(r"^/v1/insights/([A-Za-z0-9_.:-]{1,128})(/lineage)?$")
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # headers and body go out as separate writes: without TCP_NODELAY, Nagle's algorithm and the
+    # client's delayed ACK held every kept-alive response back ~40 ms (bench/README.md)
+    disable_nagle_algorithm = True
     server: EvomemHTTPServer
 
     # -- plumbing --------------------------------------------------------------------------------
