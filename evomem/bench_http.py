@@ -48,7 +48,7 @@ DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_SCALE = (10_000, 100_000, 1_000_000)
 #: Query nodes in every dataset of the scale curve: the headline's, so that only the insights vary.
 DEFAULT_SCALE_QUERIES = 100_000
-VARIANTS = ("nodelay", "shipped")
+VARIANTS = ("shipped", "nagle")
 HTTP_KEY, SCALE_KEY = "http", "scale"
 RETRIEVE_PATH = "/v1/retrieve"
 _TASK_SEED_OFFSET = 7919  # the retrieval benchmark's: its timed tasks come from the same generator seed
@@ -105,9 +105,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--variants",
-        default=",".join(VARIANTS),
-        help="nodelay: the shipped server with TCP_NODELAY on accepted sockets (an experiment, "
-        "bench/README.md); shipped: the server as it is (default: %(default)s)",
+        default="shipped",
+        help="shipped: the server as it is; nagle: the same with Nagle's algorithm left on, as it was "
+        "before f6c2d4a, for comparison (bench/README.md) (default: %(default)s)",
     )
     parser.add_argument(
         "--scale",
@@ -422,17 +422,17 @@ class LoadGenerator:
 # The server side: the service of evomem/service in this process, in a thread.
 
 
-class _NoDelayHandler(server_module._Handler):
-    """The shipped handler with TCP_NODELAY on the accepted socket (socketserver's own switch). The
-    shipped handler writes the status line and headers, then the body, in two sends: with Nagle on,
-    the body waits for the client's delayed ACK of the headers (~40 ms on Linux)."""
+class _NagleHandler(server_module._Handler):
+    """The shipped handler with Nagle's algorithm left on, as before f6c2d4a. The handler writes the
+    status line and headers, then the body, in two sends: with Nagle on, the body waits for the
+    client's delayed ACK of the headers (~40 ms on Linux)."""
 
-    disable_nagle_algorithm = True
+    disable_nagle_algorithm = False
 
 
 HANDLERS: dict[str, type[server_module._Handler]] = {
     "shipped": server_module._Handler,
-    "nodelay": _NoDelayHandler,
+    "nagle": _NagleHandler,
 }
 
 
@@ -741,6 +741,10 @@ def profile_requests(
     server.RequestHandlerClass = HANDLERS[variant]
     with instrumented(server, timings):
         raw = gen.run(tasks, concurrency=1, warmup=warmup, max_seconds=120)
+        # the client can have the last answer before its handler has closed the record
+        deadline = time.monotonic() + 5
+        while len(timings.records) < len(tasks) + 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
     rows = _stage_rows(timings.records[warmup + 1 :])  # after the ramp-up request and the warm-up
     client: list[int] = raw["latencies_ns"]
     if len(rows) != len(client):  # one record per request, in order, or the pairing below is off
@@ -1066,13 +1070,15 @@ def run_http(
 def _measure(
     mem: Memory, server: EvomemHTTPServer, gen: LoadGenerator, plan: Plan, tasks: Tasks, out: TextIO
 ) -> dict[str, Any]:
-    """Per level: in process, then each HTTP variant (close in time, so their ratios hold); then the
-    profiles of one request."""
+    """Per level: in process, then each HTTP variant (close in time, so their ratios hold). The
+    profiles of one request run right after the lowest level, before the high-concurrency ones: c=1
+    latency measured after a c=64 level stayed ~15 % higher (bench/README.md)."""
     for ns, text in tasks.take(10 * plan.warmup):  # candidate cache and page cache, once for all
         mem.retrieve(text, ns)
     per_level = plan.warmup + plan.requests
     rows: list[dict[str, Any]] = []
-    for c in plan.concurrency:
+    profiled: dict[str, Any] = {}
+    for c in sorted(plan.concurrency):
         rows.append(
             measure_in_process(
                 mem, tasks.take(per_level), concurrency=c, warmup=plan.warmup, max_seconds=plan.level_seconds
@@ -1085,22 +1091,30 @@ def _measure(
             rows.append(row)
             out.write(_row_line(rows[-1]))
         out.flush()
-    profiles = []
-    for variant in plan.variants:
-        n = plan.profile_requests if variant == "nodelay" else max(10, plan.profile_requests // 3)
-        out.write(f"  profiling one request ({variant}, {n} requests)\n")
-        out.flush()
-        profiles.append(profile_requests(server, gen, variant, tasks.take(plan.warmup + n), plan.warmup))
-    variant = "nodelay" if "nodelay" in plan.variants else plan.variants[0]
-    profiled = tasks.take(plan.warmup + plan.profile_requests)
-    cprof = cprofile_requests(server, gen, variant, profiled, plan.warmup)
+        if not profiled:
+            profiled = _profiles(server, gen, plan, tasks, out)
     burst = gen.connect_burst(plan.connect_burst) if plan.connect_burst > 0 else None
     if burst:
         out.write(
             f"  {burst['connections']} connections opened back to back: {burst['total_s']:.3f} s, slowest "
             f"{burst['slowest_s']:.3f} s, {burst['over_0_5_s']} took over 0.5 s\n"
         )
-    return {"levels": rows, "profile": profiles, "cprofile": cprof, "connect_burst": burst}
+    return {"levels": rows, **profiled, "connect_burst": burst}
+
+
+def _profiles(
+    server: EvomemHTTPServer, gen: LoadGenerator, plan: Plan, tasks: Tasks, out: TextIO
+) -> dict[str, Any]:
+    profiles = []
+    for variant in plan.variants:
+        n = plan.profile_requests if variant == "shipped" else max(10, plan.profile_requests // 3)
+        out.write(f"  profiling one request ({variant}, {n} requests)\n")
+        out.flush()
+        profiles.append(profile_requests(server, gen, variant, tasks.take(plan.warmup + n), plan.warmup))
+    variant = "shipped" if "shipped" in plan.variants else plan.variants[0]
+    profiled = tasks.take(plan.warmup + plan.profile_requests)
+    cprof = cprofile_requests(server, gen, variant, profiled, plan.warmup)
+    return {"profile": profiles, "cprofile": cprof}
 
 
 def _row_line(r: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ SOCKET_NAME = "redis.sock"
 #: redis-py's return types are unions over its sync/async and decode modes, too loose to check
 #: call by call; evomem's clients are sync and return bytes, and the adapters convert at the edge.
 Client = Any
-START_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 120.0  # a large AOF takes a while to replay (49 s for 1M insights)
 
 
 def _executable() -> str:

@@ -79,6 +79,8 @@ class Retriever:
             rec = RetrievalRecord(
                 retrieval.id, namespace, query, retrieval.similar, tuple(i.id for i in ranked)
             )
+            # keep only the unfinished ones: a service that never calls report() must not grow this
+            self._pending = [f for f in self._pending if not f.done()]
             self._pending.append(self._recorder.submit(self._save, rec))
         return retrieval
 

@@ -167,6 +167,8 @@ def test_the_http_benchmark_drives_the_service_from_another_process(
             "200",
             "--scale-iterations",
             "10",
+            "--variants",
+            "shipped,nagle",
             "--no-progress",
             "--out",
             str(out),
@@ -181,7 +183,7 @@ def test_the_http_benchmark_drives_the_service_from_another_process(
     http = doc[bench_http.HTTP_KEY]
     modes = {(r["mode"], r["variant"], r["concurrency"]) for r in http["levels"]}
     assert modes == {
-        (m, v, c) for c in (1, 4) for m, v in (("in_process", "-"), ("http", "nodelay"), ("http", "shipped"))
+        (m, v, c) for c in (1, 4) for m, v in (("in_process", "-"), ("http", "shipped"), ("http", "nagle"))
     }
     for r in http["levels"]:
         assert r["errors"] == 0 and r["requests"] > 0 and r["qps"] > 0
@@ -194,7 +196,7 @@ def test_the_http_benchmark_drives_the_service_from_another_process(
     assert [p["n_insights"] for p in points] == [60, 120]
     assert all(p["p50_ms"] > 0 and p["index_insights"] == p["n_insights"] for p in points)
     printed = capsys.readouterr().out
-    assert "HTTP nodelay" in printed and "scale curve" in printed
+    assert "HTTP shipped" in printed and "HTTP nagle" in printed and "scale curve" in printed
     assert not (tmp_path / "data" / "http").exists()  # stores removed after the run
 
 

@@ -152,6 +152,8 @@ class _Handler(BaseHTTPRequestHandler):
 class EvomemHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # the default listen backlog of 5 made 64 agents connecting at once wait ~1 s for retries
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], service: RetrievalService) -> None:
         super().__init__(address, _Handler)
