@@ -14,7 +14,6 @@ than tiktoken does for ordinary text; the ratio between the two settings is what
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from evomem.bench import merge_results
 from evomem.llm import usage
 from evomem.llm.testserver import LLMTestServer
 from evomem.redis_server import EmbeddedRedis, connect
@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         "throughput": {"runs": throughput, "speedup_64_vs_1": round(speedup, 1), "target_speedup": 20},
     }
     _print(section)
-    _merge(args.out, section)
+    merge_results(args.out, "llm", section)
     print(f'\nmerged under "llm" in {args.out}')
     return 0
 
@@ -243,21 +243,6 @@ def _print(s: dict[str, Any]) -> None:
             f"{r['events_per_s']:>10.1f}{r['max_in_flight']:>15}"
         )
     print(f"speed-up from 1 to 64 in flight: ×{t['speedup_64_vs_1']} (target ×20)")
-
-
-def _merge(path: Path, section: dict[str, Any]) -> None:
-    """Read, replace the "llm" key, write: other benchmarks own the other keys."""
-    doc: dict[str, Any] = {}
-    if path.exists():
-        try:
-            doc = json.loads(path.read_text())
-        except ValueError:
-            doc = {}
-    doc["llm"] = section
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,6 @@ Figures are printed and merged into ``bench/results.json`` under the key ``"pipe
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -22,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from evomem.bench import merge_results
 from evomem.editing import added_insight_id
 from evomem.memory import Memory
 from evomem.redis_server import Client, EmbeddedRedis
@@ -231,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
             )
         finally:
             server.stop()
-    _merge(args.out, out)
+    merge_results(args.out, "pipeline", out)
     print(f'written to {args.out} under "pipeline"')
     return 0
 
@@ -288,18 +288,6 @@ def _latencies(
             return report_stats, {**_percentiles(samples), "not_served_within_10s": misses}
     finally:
         workers.stop()
-
-
-def _merge(path: Path, section: dict[str, Any]) -> None:
-    doc: dict[str, Any] = {}
-    if path.exists():
-        try:
-            doc = json.loads(path.read_text())
-        except ValueError:
-            doc = {}
-    doc["pipeline"] = section
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 if __name__ == "__main__":
