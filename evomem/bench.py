@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import functools
 import gc
 import io
 import json
@@ -23,29 +24,22 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal, TextIO
-from unittest import mock
+from typing import Any, TextIO
 
 import numpy as np
-import qdrant_edge as qe
 
 from evomem import keys
 from evomem.editing import EditPlan, PlannedEdit, text_key
-from evomem.embedding import make_embedder
-from evomem.index.common import candidate_from_payload, point_id
-from evomem.index.edge import EdgeIndex
 from evomem.memory import Memory
-from evomem.ports import RetrievalRecord, Vector
-from evomem.redis_server import EmbeddedRedis, connect
-from evomem.retrieval import Candidate, expand_neighbours, rank_insights
-from evomem.retriever import CANDIDATE_LIMIT, Retrieval
+from evomem.ports import RetrievalRecord
+from evomem.retrieval import candidates_from_queries, expand_neighbours, rank_insights
+from evomem.retriever import Retrieval, Retriever
 from evomem.settings import Settings
-from schemas import InsightNode
 
 RESULTS_SCHEMA = 1
 DEFAULT_SIZES = (10_000, 100_000)
@@ -404,6 +398,8 @@ def build_plans(n_queries: int, n_insights: int, seed: int, top_k: int) -> Itera
             status=status,
             trajectory_json=json.dumps([f"think: plan for {text[:40]}", "act: search", "observe: results"]),
             similar=similar,
+            similar_scores=[round(0.3 + 0.6 * rng.random(), 3) for _ in similar],
+            degree=Settings.model_fields["query_degree"].default,
             retrieved=retrieved,
             edits=edits,
             archive_policy="evidence",
@@ -472,13 +468,13 @@ def load_dataset(
 def dataset_facts(mem: Memory, stats: LoadStats) -> None:
     """Evidence-set sizes and query-graph degrees, read back from Redis."""
     pipe = mem.redis.pipeline(transaction=False)
-    ids: list[str] = []
+    ids: list[tuple[str, str]] = []
     for ns in sorted(mem.graph.namespaces()):
-        ids.extend(sorted(mem.graph.insight_ids(ns)))
-    for i in ids:
-        pipe.scard(keys.insight_positive(i))
-        pipe.scard(keys.insight_negative(i))
-        pipe.hget(keys.insight(i), "state")
+        ids.extend((ns, i) for i in sorted(mem.graph.insight_ids(ns)))
+    for ns, i in ids:
+        pipe.scard(keys.insight_positive(ns, i))
+        pipe.scard(keys.insight_negative(ns, i))
+        pipe.hget(keys.insight(ns, i), "state")
     raw = pipe.execute()
     pos = np.array(raw[0::3], dtype=np.int64)
     neg = np.array(raw[1::3], dtype=np.int64)
@@ -494,13 +490,13 @@ def dataset_facts(mem: Memory, stats: LoadStats) -> None:
         "insights_ge_1000_ids": int(((pos + neg) >= 1000).sum()),
         "active_with_negative": int((active & (neg > 0)).sum()),
     }
-    qids: list[str] = []
+    qids: list[tuple[str, str]] = []
     for ns in sorted(mem.graph.namespaces()):
-        qids.extend(mem.graph.query_ids(ns))
+        qids.extend((ns, q) for q in mem.graph.query_ids(ns))
     sample = qids[:: max(1, len(qids) // 5000)]
     pipe = mem.redis.pipeline(transaction=False)
-    for q in sample:
-        pipe.scard(keys.query_neighbours(q))
+    for ns, q in sample:
+        pipe.zcard(keys.query_neighbours(ns, q))
     deg = np.array(pipe.execute(), dtype=np.int64)
     stats.query_degree = {
         "mean": float(deg.mean()) if deg.size else 0.0,
@@ -550,7 +546,27 @@ def time_calls(fn: Callable[[int], object], warmup: int, iterations: int) -> lis
     return samples
 
 
-STAGES = ("embed", "similar", "expand", "candidates", "rank", "record")
+def time_pairs(
+    first: Callable[[int], object], second: Callable[[int], object], warmup: int, iterations: int
+) -> tuple[list[int], list[int]]:
+    """Two calls timed in turn on the same inputs, so drift in the machine hits both alike."""
+    for i in range(warmup):
+        first(i)
+        second(i)
+    a, b = [], []
+    clock = time.perf_counter_ns
+    for i in range(warmup, warmup + iterations):
+        t0 = clock()
+        first(i)
+        t1 = clock()
+        second(i)
+        t2 = clock()
+        a.append(t1 - t0)
+        b.append(t2 - t1)
+    return a, b
+
+
+STAGES = ("embed", "similar", "expand", "evidence", "candidates", "rank", "record")
 
 
 def stage_breakdown(mem: Memory, tasks: Sequence[tuple[str, str]]) -> dict[str, Any]:
@@ -565,32 +581,42 @@ def stage_breakdown(mem: Memory, tasks: Sequence[tuple[str, str]]) -> dict[str, 
         t0 = clock()
         vector = r.embedder.embed([text])[0]
         t1 = clock()
-        similar = [q for q, _ in r.index.search_queries(vector, ns, s.top_k)]
+        hits = r.index.search_queries(vector, ns, s.top_k)
         t2 = clock()
-        expansion = expand_neighbours(similar, r.graph.neighbours, s.hops)
+        expansion = expand_neighbours(
+            [h.id for h in hits], functools.partial(r.graph.neighbours, ns), s.hops, [h.score for h in hits]
+        )
         t3 = clock()
-        candidates = r.index.candidate_insights(ns, expansion.expanded, CANDIDATE_LIMIT)
+        evidence = {h.id: h for h in hits}
+        evidence.update(r.index.query_evidence(ns, expansion.expanded - evidence.keys()))
         t4 = clock()
-        ranked = rank_insights(candidates, expansion.expanded, s.lambda_, s.budget)
+        supports = {q: h.supports for q, h in evidence.items()}
+        serving = r.index.serving_insights(ns, {i for ids in supports.values() for i in ids})
+        candidates = candidates_from_queries(supports, {q: h.harms for q, h in evidence.items()}, serving)
         t5 = clock()
-        rid = str(uuid.uuid4())
-        r.graph.save_retrieval(
-            RetrievalRecord(rid, ns, text, tuple(similar), tuple(i.id for i in ranked)), s.retrieval_ttl_s
+        ranked = rank_insights(
+            candidates, expansion.expanded, s.lambda_, s.budget, weights=expansion.weights, scoring=s.scoring
         )
         t6 = clock()
-        for k, a, b in zip(STAGES, (t0, t1, t2, t3, t4, t5), (t1, t2, t3, t4, t5, t6), strict=True):
+        rid = str(uuid.uuid4())
+        r.graph.save_retrieval(
+            RetrievalRecord(rid, ns, text, expansion.similar, tuple(i.id for i in ranked)), s.retrieval_ttl_s
+        )
+        t7 = clock()
+        marks = (t0, t1, t2, t3, t4, t5, t6, t7)
+        for k, a, b in zip(STAGES, marks[:-1], marks[1:], strict=True):
             per[k].append(b - a)
         n_candidates.append(len(candidates))
         n_expanded.append(len(expansion.expanded))
         n_served.append(len(ranked))
-        evidence_ids.append(sum(len(c.positive) + len(c.negative) for c in candidates))
+        evidence_ids.append(sum(len(h.supports) + len(h.harms) for h in evidence.values()))
     return {
         "stages_p50_ms": {k: round(float(np.percentile(v, 50)) / 1e6, 4) for k, v in per.items()},
         "stages_mean_ms": {k: round(float(np.mean(v)) / 1e6, 4) for k, v in per.items()},
         "candidates_mean": round(float(np.mean(n_candidates)), 1),
         "candidates_p99": float(np.percentile(n_candidates, 99)),
-        "candidate_evidence_ids_mean": round(float(np.mean(evidence_ids)), 1),
-        "candidate_evidence_ids_p99": float(np.percentile(evidence_ids, 99)),
+        "query_evidence_ids_mean": round(float(np.mean(evidence_ids)), 1),
+        "query_evidence_ids_p99": float(np.percentile(evidence_ids, 99)),
         "expanded_mean": round(float(np.mean(n_expanded)), 1),
         "served_mean": round(float(np.mean(n_served)), 2),
         "served_nonempty": round(float(np.mean([n > 0 for n in n_served])), 3),
@@ -609,82 +635,10 @@ def profile_retrieve(mem: Memory, tasks: Sequence[tuple[str, str]], top: int = 2
     return buf.getvalue()
 
 
-# --------------------------------------------------------------------------------------------------
-# Variants. "shipped" is what users get. "proposed-edge" is an experiment for the owner of
-# evomem/index/edge.py, measured here rather than changed there.
-
-VARIANTS = ("shipped", "proposed-edge")
-PROPOSED_SPARSE_FULL_SCAN_THRESHOLD = 500
-
-
-class ProposedEdgeIndex(EdgeIndex):
-    """``EdgeIndex`` with the two changes the measurements suggest (``bench/README.md``):
-
-    1. ``EdgeSparseVectorParams(full_scan_threshold=500)`` when a shard is created: below the
-       threshold (default 5000 points) a namespace-filtered sparse search scores every point of the
-       namespace one by one instead of walking the inverted index, which is what makes the top-k of
-       a namespace of a few thousand queries take milliseconds.
-    2. Candidates from a cache the owning process keeps: the candidate read asks Qdrant for the
-       matching point ids only (no payload), and reads payloads just for points it has not cached.
-       Exact because only this process can open the shard and every write goes through
-       ``write_insights``, which drops the written points from the cache. (Under concurrent
-       readers the fill must not race a write: take a lock, or skip the fill when a write
-       generation counter moved during the read.)
-    """
-
-    def __init__(self, directory: Path, kind: Literal["sparse", "dense"], dim: int) -> None:
-        self._candidates: dict[str, Candidate] = {}
-        params = qe.EdgeSparseVectorParams
-
-        def tuned(*args: Any, **kwargs: Any) -> Any:
-            kwargs.setdefault("full_scan_threshold", PROPOSED_SPARSE_FULL_SCAN_THRESHOLD)
-            return params(*args, **kwargs)
-
-        with mock.patch.object(qe, "EdgeSparseVectorParams", tuned):
-            super().__init__(directory, kind, dim)
-
-    def write_insights(self, nodes: Sequence[InsightNode], vectors: Mapping[str, Vector]) -> None:
-        super().write_insights(nodes, vectors)
-        for n in nodes:
-            self._candidates.pop(point_id(n.id), None)
-
-    def candidate_insights(self, namespace: str, expanded: Collection[str], limit: int) -> list[Candidate]:
-        if not expanded:
-            return []
-        flt = qe.Filter(
-            must=[
-                qe.FieldCondition("namespace", match=qe.MatchValue(namespace)),
-                qe.FieldCondition("state", match=qe.MatchValue("active")),
-                qe.FieldCondition("positive", match=qe.MatchAny(list(expanded))),
-            ]
-        )
-        records, _ = self.insights.scroll(
-            qe.ScrollRequest(limit=limit, filter=flt, with_payload=False, with_vector=False)
-        )
-        ids = [str(r.id) for r in records]
-        cache = self._candidates
-        missing = [i for i in ids if i not in cache]
-        if missing:
-            for r in self.insights.retrieve(missing, True, False):
-                cache[str(r.id)] = candidate_from_payload(r.payload)
-        return [cache[i] for i in ids if i in cache]
-
-
-def open_memory(settings: Settings, variant: str) -> Memory:
-    if variant == "shipped":
-        mem = Memory.open(settings)
-        assert isinstance(mem, Memory)  # settings.url is None: the memory itself, not a service client
-        return mem
-    embedded = EmbeddedRedis(settings.data_dir)
-    client = connect(embedded.ensure())
-    embedder = make_embedder(settings)
-    try:
-        index = ProposedEdgeIndex(settings.data_dir / "qdrant", embedder.kind, embedder.dim)
-    except BaseException:
-        client.close()
-        embedded.stop()
-        raise
-    return Memory(settings, client, index, embedded)
+def open_memory(settings: Settings) -> Memory:
+    mem = Memory.open(settings)
+    assert isinstance(mem, Memory)  # settings.url is None: the memory itself, not a service client
+    return mem
 
 
 def embedded_settings(data_dir: Path, **overrides: Any) -> Settings:
@@ -701,12 +655,11 @@ def build_dataset(
     seed: int,
     progress: bool,
     out: TextIO,
-    variant: str = "shipped",
 ) -> LoadStats:
     """Load a dataset into the stores under ``settings.data_dir`` through the real write path
     (``load_dataset``), then close the memory: what is timed next opens it again, as a restarted
     service does (AOF replay, shards from disk)."""
-    mem = open_memory(settings, variant)
+    mem = open_memory(settings)
     try:
         return load_dataset(mem, n_queries, n_insights, seed, progress=progress, out=out)
     finally:
@@ -732,26 +685,32 @@ def bench_size(
     progress: bool,
     profile: bool,
     out: TextIO,
-    variant: str = "shipped",
 ) -> SizeResult:
     settings = embedded_settings(data_dir)
-    stats = build_dataset(
-        settings, n_queries, n_insights, seed=seed, progress=progress, out=out, variant=variant
-    )
+    stats = build_dataset(settings, n_queries, n_insights, seed=seed, progress=progress, out=out)
     t0 = time.perf_counter()
-    mem = open_memory(settings, variant)  # what a restarted service does: AOF replay, shards from disk
+    mem = open_memory(settings)  # what a restarted service does: AOF replay, shards from disk
     stats.reopen_s = time.perf_counter() - t0
     try:
         dataset_facts(mem, stats)
         tasks = distinct_tasks(seed + 7919, warmup + iterations)
         gc.collect()
         retrievals: list[Retrieval] = []
+        # the other scoring on the same stores, timed call by call alongside the default, so the
+        # two are compared within one run (the records are not written: reports refer to the first)
+        other = "count" if settings.scoring == "weighted" else "weighted"
+        alt_settings = settings.model_copy(update={"scoring": other})
+        alt = Retriever(mem.graph, mem.retriever.index, mem.embedder, alt_settings)
 
         def retrieve(i: int) -> None:
             ns, text = tasks[i]
             retrievals.append(mem.retrieve(text, ns))
 
-        r_samples = time_calls(retrieve, warmup, iterations)
+        def retrieve_other(i: int) -> None:
+            ns, text = tasks[i]
+            alt.retrieve(text, ns, record=False)
+
+        r_samples, c_samples = time_pairs(retrieve, retrieve_other, warmup, iterations)
         served = retrievals[warmup:]
         statuses = ["resolved", "failed"]
 
@@ -772,7 +731,6 @@ def bench_size(
     finally:
         mem.close()
     common = {
-        "variant": variant,
         "n_queries": n_queries,
         "n_insights": n_insights,
         "active_insights": stats.active_insights,
@@ -781,14 +739,16 @@ def bench_size(
         "warmup": warmup,
         "load_s": round(stats.load_s, 2),
     }
-    scenarios = [
+    scenarios: list[dict[str, Any]] = [
         {
             "name": "retrieve",
             **common,
+            "scoring": settings.scoring,
             **summarise(r_samples),
             "served_mean": round(float(np.mean([len(r.insights) for r in served])), 2),
         },
         {"name": "report", **common, **summarise(p_samples)},
+        {"name": f"retrieve-{other}", **common, "scoring": other, **summarise(c_samples)},
     ]
     return SizeResult(stats, scenarios, breakdown, prof)
 
@@ -843,7 +803,6 @@ _LEGACY_KEYS = (
     "duration_s",
     "command",
     "options",
-    "variant",
     "machine",
     "config",
     "scenarios",
@@ -893,7 +852,7 @@ def format_table(results: list[SizeResult]) -> str:
             f"  {res.dataset.n_queries:>8,} q: "
             + "  ".join(f"{k}={st[k]:.3f}" for k in STAGES)
             + f"  | candidates {res.breakdown['candidates_mean']:.0f}, "
-            f"evidence ids {res.breakdown['candidate_evidence_ids_mean']:.0f}"
+            f"evidence ids read {res.breakdown['query_evidence_ids_mean']:.0f}"
         )
     lines.append("")
     for res in results:
@@ -940,13 +899,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also cProfile retrieve() at each size and print the top functions",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress lines")
-    parser.add_argument(
-        "--variant",
-        choices=VARIANTS,
-        default="shipped",
-        help="shipped: the stores users get (default); proposed-edge: an experiment with the "
-        "Qdrant Edge changes bench/README.md proposes",
-    )
 
 
 def _sizes(text: str) -> list[int]:
@@ -1007,13 +959,13 @@ def run(args: argparse.Namespace) -> int:
                 progress=not args.no_progress,
                 profile=args.profile,
                 out=err,
-                variant=args.variant,
             )
             results.append(res)
-            r, p = res.scenarios
+            r, p, c = res.scenarios
             out.write(
-                f"  retrieve p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms | report p50 "
-                f"{p['p50_ms']:.3f} ms  p99 {p['p99_ms']:.3f} ms | load {res.dataset.load_s:.1f} s\n"
+                f"  retrieve p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms ({r['scoring']}; "
+                f"{c['scoring']}: p50 {c['p50_ms']:.3f} ms, ratio {r['p50_ms'] / c['p50_ms']:.2f}) | report "
+                f"p50 {p['p50_ms']:.3f} ms  p99 {p['p99_ms']:.3f} ms | load {res.dataset.load_s:.1f} s\n"
             )
             if res.profile:
                 out.write(res.profile)
@@ -1027,7 +979,6 @@ def run(args: argparse.Namespace) -> int:
         "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
         "command": _command_line(),
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "variant": args.variant,
         "machine": {
             **machine,
             "loadavg_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
@@ -1038,7 +989,8 @@ def run(args: argparse.Namespace) -> int:
             "budget": Settings.model_fields["budget"].default,
             "lambda": Settings.model_fields["lambda_"].default,
             "archive_policy": "evidence",
-            "candidate_limit": CANDIDATE_LIMIT,
+            "scoring": Settings.model_fields["scoring"].default,
+            "query_degree": Settings.model_fields["query_degree"].default,
             "namespaces": NAMESPACE_WEIGHTS,
             "seed": args.seed,
             "quick": bool(args.quick),

@@ -109,7 +109,7 @@ def _seed(client: Any) -> list[str]:
                 at=utcnow(),
             )
         )
-        ids.append(added_insight_id(str(event.event_id)))
+        ids.append(added_insight_id(NS, str(event.event_id)))
     return ids
 
 

@@ -265,10 +265,10 @@ def _latencies(
                     status="resolved",
                     proposed_insight=f"Served lesson {i} {uuid.uuid4()}.",
                 )
-                expected = added_insight_id(str(event.event_id))
+                expected = added_insight_id(event.namespace, str(event.event_id))
                 t = time.perf_counter_ns()
                 mem.report(event)
-                if not _wait(lambda e=expected: bool(index.insight_versions([e])), 30):  # type: ignore[misc]
+                if not _wait(lambda e=expected: bool(index.versions("insight", "served", [e])), 30):  # type: ignore[misc]
                     raise RuntimeError("an event was never projected")
 
                 def served_now(e: str = expected, q: str = event.query) -> bool:

@@ -179,7 +179,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 )
                 return 0
             ids = view.node.positive | view.node.negative
-            queries = {q: node.text for q, node in mem.graph.queries(ids).items()}
+            queries = {q: node.text for q, node in mem.graph.queries(view.node.namespace, ids).items()}
             print(render_insight(view, queries))
             return 0
         nodes = mem.insights(args.namespace or "default", state=args.state)

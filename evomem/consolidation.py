@@ -13,12 +13,19 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from evomem import controllers
+from evomem import controllers, duplicates
 from evomem.controllers import Controller, DecisionFailure, DecisionInput
-from evomem.editing import EditPlan, plan_edits
+from evomem.editing import (
+    EditPlan,
+    added_insight_id,
+    event_digest,
+    plan_edits,
+    revised_insight_id,
+    text_key,
+)
 from evomem.errors import InvalidEventError, TransientError
 from evomem.logs import get_logger
-from evomem.ports import ApplyResult, GraphStore
+from evomem.ports import ApplyResult, EventKey, GraphStore, StoredDecision
 from evomem.settings import Settings
 from evomem.stream import Entry, EventStream, reason_of
 from schemas import ControllerDecision, TaskEvent
@@ -64,7 +71,15 @@ class _Work:
     event: TaskEvent
     retrieved: list[str]
     similar: list[str] | None
+    similar_scores: list[float] | None = None
+    relevance: dict[str, float] = field(default_factory=dict)
     decision: ControllerDecision | None = None
+    twins: dict[str, str] = field(default_factory=dict)  # text key -> near-duplicate insight
+    bands: dict[str, list[str]] = field(default_factory=dict)  # text key -> its buckets
+
+    @property
+    def key(self) -> EventKey:
+        return (self.event.namespace, str(self.event.event_id))
 
 
 class Consolidator:
@@ -106,12 +121,17 @@ class Consolidator:
         work = self._prepare([e for e in entries if self._deliverable(e, report)], report)
         work = self._validate_ids(work, report)
         work = self._decide(work, report)
+        self._find_twins(work)
         plans = [
             plan_edits(
                 w.event,
                 w.decision,
                 retrieved=w.retrieved,
                 similar=w.similar,
+                similar_scores=w.similar_scores,
+                degree=self.settings.query_degree,
+                twins=w.twins,
+                bands=w.bands,
                 allowed_operations=self.settings.allowed_operations,
                 archive_policy=self.settings.archive_policy,
                 archive_ratio=self.settings.archive_ratio,
@@ -162,39 +182,28 @@ class Consolidator:
             except Exception as exc:
                 reason, fld = reason_of(exc)
                 self._dead_letter(entry, reason, fld, report)
-        records = self.graph.load_retrievals([e.retrieval_id for _, e in parsed if e.retrieval_id])
+        records = self.graph.load_retrievals(
+            [(e.namespace, e.retrieval_id) for _, e in parsed if e.retrieval_id]
+        )
         work = []
         for entry, event in parsed:
             retrieved = list(event.retrieved_insight_ids)
-            similar: list[str] | None = None
-            record = records.get(event.retrieval_id or "")
+            w = _Work(entry, event, retrieved, None)
+            record = records.get((event.namespace, event.retrieval_id or ""))
             if record is not None:
-                if record.namespace != event.namespace:
-                    self._dead_letter(
-                        entry,
-                        f"retrieval_id: retrieval {event.retrieval_id} belongs to another namespace",
-                        "retrieval_id",
-                        report,
-                    )
-                    continue
                 retrieved = [*record.insight_ids, *retrieved]
-                similar = list(record.similar)
-            retrieved = list(dict.fromkeys([*retrieved, *event.insight_feedback]))
-            work.append(_Work(entry, event, retrieved, similar))
+                w.similar = list(record.similar)
+                w.similar_scores = list(record.similar_scores) if record.similar_scores else None
+                w.relevance = dict(zip(record.insight_ids, record.similarity, strict=False))
+            w.retrieved = list(dict.fromkeys([*retrieved, *event.insight_feedback]))
+            work.append(w)
         return work
 
     def _validate_ids(self, work: list[_Work], report: ConsolidationReport) -> list[_Work]:
         all_ids = {i for w in work for i in w.retrieved}
         owners = self.graph.namespace_of(all_ids) if all_ids else {}
-        own_queries = {w.event.query_id for w in work if w.event.query_id}
-        known_queries = self.graph.queries(own_queries) if own_queries else {}
         kept = []
         for w in work:
-            q = known_queries.get(w.event.query_id or "")
-            if q is not None and q.namespace != w.event.namespace:
-                err = InvalidEventError("query_id", f"query {q.id!r} belongs to another namespace")
-                self._dead_letter(w.entry, str(err), "query_id", report)
-                continue
             bad = next((i for i in w.retrieved if owners.get(i) != w.event.namespace), None)
             if bad is None:
                 kept.append(w)
@@ -214,37 +223,100 @@ class Consolidator:
         """Stored decisions first (a redelivered event costs no second controller call); the rest
         are decided in one controller call and stored before anything is applied. Returns the work
         that has a decision; an event the controller failed on stays pending (the judge was
-        unavailable) or goes to the dead letters (its answers were unusable), untouched."""
-        stored = self.graph.load_decisions([str(w.event.event_id) for w in work])
-        undecided = []
+        unavailable) or goes to the dead letters (its answers were unusable), untouched. An event
+        whose id was already decided for other content is refused: a retry is the same event."""
+        digests = {id(w): event_digest(w.event) for w in work}
+        stored = self.graph.load_decisions([w.key for w in work])
+        undecided: list[_Work] = []
         for w in work:
-            w.decision = stored.get(str(w.event.event_id))
-            if w.decision is None:
+            found = stored.get(w.key)
+            if found is not None:
+                w.decision = self._same_event(w, found, digests[id(w)], report)
+            elif not any(u.key == w.key for u in undecided):
                 undecided.append(w)
-        if not undecided:
-            return work
-        nodes = self.graph.insights({i for w in undecided for i in w.retrieved})
-        inputs = [
-            DecisionInput(
-                w.event, tuple(nodes[i] for i in w.retrieved if i in nodes), self.settings.allowed_operations
-            )
-            for w in undecided
-        ]
-        decided = controllers.decide(inputs, self.controller)
-        new: dict[str, ControllerDecision] = {}
-        for w, d in zip(undecided, decided, strict=True):
-            if isinstance(d, DecisionFailure):
-                self._undecided(w.entry, d, report)
-            else:
-                new[str(w.event.event_id)] = d
-        kept = self.graph.save_decisions(new) if new else {}
-        for w in undecided:
-            w.decision = kept.get(str(w.event.event_id))
+        if undecided:
+            inputs = []
+            by_ns: dict[str, set[str]] = {}
+            for w in undecided:
+                by_ns.setdefault(w.event.namespace, set()).update(w.retrieved)
+            heads = {ns: self.graph.heads(ns, ids) for ns, ids in by_ns.items()}
+            for w in undecided:
+                found_heads = heads[w.event.namespace]
+                retrieved = tuple(found_heads[i] for i in w.retrieved if i in found_heads)
+                inputs.append(
+                    DecisionInput(w.event, retrieved, self.settings.allowed_operations, w.relevance)
+                )
+            decided = controllers.decide(inputs, self.controller)
+            new: dict[EventKey, StoredDecision] = {}
+            for w, d in zip(undecided, decided, strict=True):
+                if isinstance(d, DecisionFailure):
+                    self._undecided(w.entry, d, report)
+                else:
+                    new[w.key] = StoredDecision(d, digests[id(w)])
+            kept = self.graph.save_decisions(new) if new else {}
+            for w in work:
+                if w.decision is None and w.key in kept:
+                    w.decision = self._same_event(w, kept[w.key], digests[id(w)], report)
         return [w for w in work if w.decision is not None]
+
+    def _same_event(
+        self, w: _Work, stored: StoredDecision, digest: str, report: ConsolidationReport
+    ) -> ControllerDecision | None:
+        if stored.digest is None or stored.digest == digest:
+            return stored.decision
+        self._dead_letter(
+            w.entry,
+            f"event_id: event {w.event.event_id} was reported before with other content in namespace "
+            f"{w.event.namespace!r}; a retry must repeat the event as it was",
+            "event_id",
+            report,
+        )
+        return None
+
+    def _find_twins(self, work: list[_Work]) -> None:
+        """For each new insight text (ADD, REVISE), the active insight of its namespace it nearly
+        repeats, if any: one found in the store through the near-duplicate buckets, or a text
+        created earlier in this batch. Applying the plan merges into the twin instead of making one."""
+        threshold = self.settings.duplicate_threshold
+        texts: dict[str, list[tuple[_Work, str, str, str | None]]] = {}  # ns -> (work, text, new id, old)
+        for w in work:
+            if w.decision is None:
+                continue
+            ns, event_id = w.key
+            allowed = self.settings.allowed_operations
+            for e in w.decision.insight_edits:
+                if e.operation == "REVISE" and "REVISE" in allowed and e.revised_insight_text:
+                    new_id = revised_insight_id(ns, event_id, e.insight_id)
+                    texts.setdefault(ns, []).append((w, e.revised_insight_text, new_id, e.insight_id))
+            add = w.decision.add_new_insight
+            if add.decision and add.new_insight_text:
+                texts.setdefault(ns, []).append(
+                    (w, add.new_insight_text, added_insight_id(ns, event_id), None)
+                )
+        for ns, items in texts.items():
+            bands = {text: duplicates.bands(text) for _, text, _, _ in items}
+            found = self.graph.duplicate_candidates(ns, {b for bs in bands.values() for b in bs})
+            known = [
+                duplicates.Known(h.id, duplicates.vector(h.text))
+                for h in self.graph.heads(ns, found).values()
+                if h.active
+            ]
+            for w, text, new_id, old_id in items:
+                key = text_key(text)
+                vec = duplicates.vector(text)
+                twin = duplicates.nearest(vec, [k for k in known if k.id != old_id], threshold)
+                w.bands[key] = bands[text]
+                if twin is not None:
+                    w.twins[key] = twin
+                else:
+                    known.append(duplicates.Known(new_id, vec))
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def _failed(self, entry: Entry, exc: Exception, report: ConsolidationReport) -> None:
-        if entry.deliveries >= self.max_deliveries:
+        if isinstance(exc, InvalidEventError):  # the event itself is wrong: retrying cannot help
+            reason, fld = reason_of(exc)
+            self._dead_letter(entry, reason, fld, report)
+        elif entry.deliveries >= self.max_deliveries:
             reason, fld = reason_of(exc)
             self._dead_letter(
                 entry, f"apply failed after {entry.deliveries} deliveries: {reason}", fld, report

@@ -9,13 +9,15 @@ it can only touch the insights retrieved for that event.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
 
+from evomem import duplicates
 from evomem.editing import text_key
 from evomem.errors import ConfigError
-from schemas import AddDecision, ControllerDecision, InsightEdit, InsightNode, PartialVerdict, TaskEvent
+from evomem.ports import InsightHead
+from schemas import AddDecision, ControllerDecision, InsightEdit, PartialVerdict, TaskEvent
 
 if TYPE_CHECKING:
     import redis
@@ -25,9 +27,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class DecisionInput:
+    """One event to judge, with the insights retrieved for it. ``relevance``: for each insight the
+    retrieval served, the similarity of the best query through which it was served (from the
+    retrieval record; missing when the event named its insights without one)."""
+
     event: TaskEvent
-    retrieved: tuple[InsightNode, ...]
+    retrieved: tuple[InsightHead, ...]
     allowed_operations: frozenset[str]
+    relevance: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,19 +61,45 @@ class Controller(Protocol):
 
 
 class RuleController:
-    """Offline judgement from the outcome alone: a resolved task keeps what it was shown, a failed
-    task counts it as harmful (ARCHIVE, which the evidence policy turns into negative evidence until
-    enough accumulates). ADD takes the agent's ``proposed_insight`` unless it repeats a retrieved one."""
+    """Offline judgement from the outcome alone: a resolved task keeps the insights it was given
+    reason to credit, a failed task counts them as harmful (ARCHIVE, which the evidence policy turns
+    into negative evidence until enough accumulates). ADD takes the agent's ``proposed_insight``
+    unless it repeats a retrieved one.
+
+    Which insights: with ``credit="relevant"`` (the default) only those relevant to the task — served
+    through a past query at least ``relevance`` similar to this one, or, for an insight the event
+    names without a retrieval record, whose text is that similar to the task's query. The others get
+    no edit and no evidence: an insight served on a weak resemblance is not what made the task
+    succeed or fail, and crediting it anyway lets whatever was served first gather evidence from
+    unrelated tasks until it wins every ranking. ``credit="all"`` credits or blames every one.
+    """
 
     name = "rules"
     judges_additions = False
 
+    def __init__(self, credit: Literal["relevant", "all"] = "relevant", relevance: float = 0.5) -> None:
+        self.credit = credit
+        self.relevance = relevance
+
     def decide(self, inputs: Sequence[DecisionInput]) -> list[ControllerDecision]:
         return [self._decide(i) for i in inputs]
 
+    def relevant(self, inp: DecisionInput, insight: InsightHead) -> bool:
+        if self.credit == "all":
+            return True
+        similarity = inp.relevance.get(insight.id)
+        if similarity is None:
+            task = duplicates.vector(inp.event.query)
+            similarity = duplicates.similarity(duplicates.vector(insight.text), task)
+        return similarity >= self.relevance
+
     def _decide(self, inp: DecisionInput) -> ControllerDecision:
         op = "KEEP" if inp.event.status == "resolved" else "ARCHIVE"
-        edits = [InsightEdit(insight_id=n.id, operation=op, decided_by=self.name) for n in inp.retrieved]
+        edits = [
+            InsightEdit(insight_id=n.id, operation=op, decided_by=self.name)
+            for n in inp.retrieved
+            if self.relevant(inp, n)
+        ]
         proposed = inp.event.proposed_insight
         seen = {text_key(n.text) for n in inp.retrieved}
         add = AddDecision()
@@ -104,7 +137,7 @@ def decide(inputs: Sequence[DecisionInput], controller: Controller) -> list[Deci
         rest = tuple(x for x in inp.retrieved if x.id not in named)
         needs_add = controller.judges_additions or inp.event.proposed_insight is not None
         if rest or needs_add:
-            open_inputs.append((n, DecisionInput(inp.event, rest, inp.allowed_operations)))
+            open_inputs.append((n, DecisionInput(inp.event, rest, inp.allowed_operations, inp.relevance)))
     answers = controller.decide([i for _, i in open_inputs]) if open_inputs else []
     by_index = {n: a for (n, _), a in zip(open_inputs, answers, strict=True)}
     out: list[Decision] = []
@@ -130,7 +163,9 @@ def make_controller(settings: Settings | str, client: redis.Redis | None = None)
     and token accounting in ``client``'s Redis."""
     kind = settings if isinstance(settings, str) else settings.controller
     if kind == "rules" or (kind == "auto" and (isinstance(settings, str) or not llm_configured(settings))):
-        return RuleController()
+        if isinstance(settings, str):
+            return RuleController()
+        return RuleController(settings.rules_credit, settings.rules_relevance)
     if isinstance(settings, str) or client is None:
         raise ConfigError(
             "the LLM controller needs the settings and a Redis client: make_controller(settings, redis)"

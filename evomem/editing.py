@@ -12,14 +12,21 @@ implemented identically by every store (the contract suite checks that):
           only once |Ω⁻| ≥ max(1, ρ·|Ω⁺|), so an active node can carry conflict and λ acts on it.
 * REVISE  old: q → Ω⁻, z=0 (Eq. 14); new node κ′ with Ω⁺ ∪ {q}, ∅, z=1 (Eq. 15). A node that is
           already archived is not revised again (that would fork its lineage): q → Ω⁻ only. If the
-          revised text is already an active insight of the namespace, the old node is revised into
-          it (its Ω⁺ and q join that insight's Ω⁺) instead of making a twin.
+          revised text is already (or nearly) an active insight of the namespace, the old node is
+          revised into it (its Ω⁺ and q join that insight's Ω⁺) instead of making a twin.
+          A revised or absorbing node records what it took Ω⁺ over from (``inherits``), so
+          retrieval, which reads evidence from the query side, finds it through those queries.
 * ADD     (κ̂, {q}, ∅, 1) (Eq. 16). If an active insight of the namespace has the same normalised
-          text (one added or one revised), no twin is made; if the task was resolved, q → Ω⁺ of
-          that insight instead.
+          text, or nearly the same (``twin``, found before the plan is applied: see
+          ``evomem.duplicates``), no twin is made; if the task was resolved, q → Ω⁺ of that insight
+          instead (a failed task's proposal is no evidence for anything).
 * Edges   when Ψ = resolved, (ι_a, ι_b, q) for every retrieved ι_a and every new or revised ι_b (Eq. 18).
-* Queries a query with a retrieval record is linked both ways to the similar queries it retrieved;
-          one reported without (``similar`` None) is linked by the projector once it is indexed.
+* Queries a query with a retrieval record is linked both ways to the similar queries it retrieved,
+          each edge weighted by their cosine; one reported without (``similar`` None) is linked by
+          the projector once it is indexed. Each query keeps its ``degree`` most similar
+          neighbours (0: all), so the expansion of Eq. 3 stays bounded however popular a query is.
+* Events  an event id is applied once per namespace; the same id with other content (``digest``)
+          is refused, never merged with the first.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Literal
 
@@ -50,6 +57,8 @@ class PlannedEdit(BaseModel):
     new_id: str | None = None  # the node created (REVISE/ADD)
     text: str | None = None  # κ′ or κ̂
     text_key: str | None = None  # digest of the normalised text, for ADD de-duplication
+    twin: str | None = None  # an active insight whose text nearly repeats ``text``, found before apply
+    bands: list[str] = []  # near-duplicate buckets of ``text``, registered when a node is created
     decided_by: str
 
 
@@ -65,6 +74,9 @@ class EditPlan(BaseModel):
     status: Literal["resolved", "failed"]
     trajectory_json: str
     similar: list[str] | None  # Qˢ of this query, linked both ways; None: unknown, the projector links it
+    similar_scores: list[float] | None = None  # the cosine of each similar query (edge weights)
+    degree: int = 0  # neighbours a query keeps (the most similar); 0: all
+    digest: str | None = None  # of the event's content: the same event id with other content is refused
     retrieved: list[str]  # I_t^ret, for the edge update
     edits: list[PlannedEdit]
     archive_policy: Literal["evidence", "immediate"]
@@ -76,15 +88,25 @@ class EditPlan(BaseModel):
 
 
 def query_id_for(event: TaskEvent) -> str:
+    """The event's query id, or one derived from the event (query ids are scoped to a namespace)."""
     return event.query_id or str(uuid.uuid5(ID_NAMESPACE, f"query:{event.event_id}"))
 
 
-def added_insight_id(event_id: str) -> str:
-    return str(uuid.uuid5(ID_NAMESPACE, f"add:{event_id}"))
+def added_insight_id(namespace: str, event_id: str) -> str:
+    """Insight ids are unique across namespaces: two tenants may pick the same event id."""
+    return str(uuid.uuid5(ID_NAMESPACE, f"add:{namespace}:{event_id}"))
 
 
-def revised_insight_id(event_id: str, old_id: str) -> str:
-    return str(uuid.uuid5(ID_NAMESPACE, f"revise:{event_id}:{old_id}"))
+def revised_insight_id(namespace: str, event_id: str, old_id: str) -> str:
+    return str(uuid.uuid5(ID_NAMESPACE, f"revise:{namespace}:{event_id}:{old_id}"))
+
+
+def event_digest(event: TaskEvent) -> str:
+    """What makes an event the event it is: everything but the time it was stamped with, so a client
+    that retries with a fresh ``occurred_at`` still reports the same event."""
+    doc = event.model_dump(mode="json", exclude={"occurred_at"})
+    raw = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(raw.encode(), digest_size=16).hexdigest()
 
 
 def text_key(text: str) -> str:
@@ -103,11 +125,19 @@ def plan_edits(
     archive_policy: Literal["evidence", "immediate"],
     archive_ratio: float,
     at: datetime,
+    similar_scores: list[float] | None = None,
+    degree: int = 0,
+    twins: Mapping[str, str] | None = None,
+    bands: Mapping[str, list[str]] | None = None,
 ) -> EditPlan:
     """Turn a decision into a plan. Edits naming an insight outside ``retrieved`` are dropped, as
     are edits whose operation is disabled (the ablations of paper Figure 3): the insight is left as
-    it is and nothing is recorded. The first edit for an insight wins."""
+    it is and nothing is recorded. The first edit for an insight wins. ``twins`` and ``bands``, by
+    text key: the near-duplicate found for a new text, and the buckets its node is registered in."""
     event_id = str(event.event_id)
+    ns = event.namespace
+    twins = twins or {}
+    bands = bands or {}
     retrieved_set = set(retrieved)
     edits: list[PlannedEdit] = []
     seen: set[str] = set()
@@ -118,13 +148,16 @@ def plan_edits(
         if edit.operation not in allowed_operations:
             continue
         if edit.operation == "REVISE":
+            key = text_key(edit.revised_insight_text or "")
             edits.append(
                 PlannedEdit(
                     op="REVISE",
                     insight_id=edit.insight_id,
-                    new_id=revised_insight_id(event_id, edit.insight_id),
+                    new_id=revised_insight_id(ns, event_id, edit.insight_id),
                     text=edit.revised_insight_text,
-                    text_key=text_key(edit.revised_insight_text or ""),
+                    text_key=key,
+                    twin=twins.get(key),
+                    bands=bands.get(key, []),
                     decided_by=edit.decided_by,
                 )
             )
@@ -134,24 +167,37 @@ def plan_edits(
             )
     add = decision.add_new_insight
     if add.decision and add.new_insight_text:
+        key = text_key(add.new_insight_text)
         edits.append(
             PlannedEdit(
                 op="ADD",
-                new_id=added_insight_id(event_id),
+                new_id=added_insight_id(ns, event_id),
                 text=add.new_insight_text,
-                text_key=text_key(add.new_insight_text),
+                text_key=key,
+                twin=twins.get(key),
+                bands=bands.get(key, []),
                 decided_by=add.decided_by,
             )
         )
     query_id = query_id_for(event)
+    links: dict[str, float] | None = None
+    if similar is not None:
+        scores = similar_scores if similar_scores is not None else [1.0] * len(similar)
+        links = {}
+        for q, w in zip(similar, scores, strict=True):
+            if q != query_id:
+                links[q] = max(float(w), links.get(q, 0.0))
     return EditPlan(
         event_id=event_id,
-        namespace=event.namespace,
+        namespace=ns,
         query_id=query_id,
         query_text=event.query,
         status=event.status,
         trajectory_json=json.dumps(event.trajectory, default=str),
-        similar=None if similar is None else [q for q in dict.fromkeys(similar) if q != query_id],
+        similar=None if links is None else list(links),
+        similar_scores=None if links is None else list(links.values()),
+        degree=degree,
+        digest=event_digest(event),
         retrieved=list(dict.fromkeys(retrieved)),
         edits=edits,
         archive_policy=archive_policy,
@@ -171,6 +217,7 @@ __all__ = [
     "PlannedEdit",
     "added_insight_id",
     "archive_threshold_reached",
+    "event_digest",
     "plan_edits",
     "query_id_for",
     "revised_insight_id",

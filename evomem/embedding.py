@@ -56,6 +56,15 @@ _TF_CACHED = 64
 _TF = tuple(1.0 + math.log(c) if c else 0.0 for c in range(_TF_CACHED))  # the 1 + log(tf) weights
 
 
+def word_features(text: str) -> set[int]:
+    """The word 1- and 2-gram features of a text (the hashing embedder's), as a set."""
+    words = [w for w in _WORD.findall(text.lower()) if w not in _STOP]
+    crc = zlib.crc32
+    out = {crc(w.encode(), _CRC_W) for w in words}
+    out.update(crc(f"{a} {b}".encode(), _CRC_B) for a, b in itertools.pairwise(words))
+    return out
+
+
 class Embedder(Protocol):
     kind: Literal["sparse", "dense"]
     dim: int
@@ -153,4 +162,12 @@ def make_embedder(settings: Settings) -> Embedder:
     return HashingEmbedder()
 
 
-__all__ = ["DenseVec", "Embedder", "HashingEmbedder", "OpenAIEmbedder", "SparseVec", "make_embedder"]
+__all__ = [
+    "DenseVec",
+    "Embedder",
+    "HashingEmbedder",
+    "OpenAIEmbedder",
+    "SparseVec",
+    "make_embedder",
+    "word_features",
+]

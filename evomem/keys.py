@@ -1,78 +1,147 @@
 """Every Redis key and Qdrant collection name evomem uses, in one place.
 
-Nodes are keyed by id alone: ids are globally unique (uuid5 of the creating event), and the
-namespace is stored on the node and checked on every read and edit.
+Layout 2. Everything of one namespace lives under ``em:{<namespace>}:<kind>:<id>``:
+
+* the namespace sits between braces, which a namespace may not contain (``schemas.Namespace``), and
+  is Redis Cluster's hash tag, so one namespace's keys share a slot;
+* ``<kind>`` is one of a fixed set of words without ``:``, and the node id always comes last.
+
+So a key names exactly one (namespace, kind, id) whatever characters the id holds: the query
+``qq:nbr`` is the query ``qq:nbr``, never the neighbour set of the query ``qq``. Node ids are
+scoped to their namespace: the same query id in two namespaces is two queries. The keys that are not
+a namespace's own (the streams, the id directory) start with ``em:`` and a letter, never a brace.
+The Lua scripts receive the namespace prefix (``ns_prefix``) and add ``:<kind>:<id>`` themselves,
+with the kind words spelled here (``LUA_KINDS`` is the list they rely on).
 """
 
 from __future__ import annotations
 
 PREFIX = "em"
+LAYOUT = 2
+LAYOUT_KEY = f"{PREFIX}:layout"  # the layout version of the data in this Redis
 
 EVENTS_STREAM = f"{PREFIX}:events"  # task events, field "event" = JSON document
-CHANGES_STREAM = f"{PREFIX}:changes"  # (kind, id, version) of every changed node, for projectors
+CHANGES_STREAM = f"{PREFIX}:changes"  # (kind, ns, id, version) of every changed node, for projectors
 HISTORY_STREAM = f"{PREFIX}:history"  # append-only edit history, one entry per applied edit
 DLQ_STREAM = f"{PREFIX}:dlq"  # dead letters, with the reason
 CONSUMER_GROUP = "consolidators"
 NAMESPACES = f"{PREFIX}:namespaces"  # set of namespaces ever written
+INSIGHT_DIRECTORY = f"{PREFIX}:ids"  # hash: insight id -> its namespace (insight ids are unique)
 
-QUERY_COLLECTION = "evomem_queries"
-INSIGHT_COLLECTION = "evomem_insights"
+QUERY_COLLECTION = "evomem_queries_v2"  # the layout is in the name: a new layout, a new read model
+INSIGHT_COLLECTION = "evomem_insights_v2"
+
+#: The kind words of a namespace's keys, as the Lua scripts spell them after ``ns_prefix``.
+LUA_KINDS = (
+    "ins",
+    "ins.pos",
+    "ins.neg",
+    "ins.edges",
+    "ins.hist",
+    "ins.inh",
+    "q",
+    "q.nbr",
+    "q.pos",
+    "q.neg",
+    "applied",
+    "decision",
+    "retrieval",
+    "insights",
+    "queries",
+    "texts",
+    "dup",
+)
 
 
-def insight(insight_id: str) -> str:
-    return f"{PREFIX}:ins:{insight_id}"
+def ns_prefix(namespace: str) -> str:
+    """``em:{namespace}``: the start of every key of the namespace, and its Cluster hash tag."""
+    return f"{PREFIX}:{{{namespace}}}"
 
 
-def insight_positive(insight_id: str) -> str:
-    return f"{PREFIX}:ins:{insight_id}:pos"
+def _key(namespace: str, kind: str, node_id: str = "") -> str:
+    return f"{PREFIX}:{{{namespace}}}:{kind}:{node_id}" if node_id else f"{PREFIX}:{{{namespace}}}:{kind}"
 
 
-def insight_negative(insight_id: str) -> str:
-    return f"{PREFIX}:ins:{insight_id}:neg"
+def insight(namespace: str, insight_id: str) -> str:
+    """Hash: text, state, version, revised_from/to, created_by_event, times."""
+    return _key(namespace, "ins", insight_id)
 
 
-def insight_edges(insight_id: str) -> str:
+def insight_positive(namespace: str, insight_id: str) -> str:
+    """Set Ω⁺: the queries the insight helped."""
+    return _key(namespace, "ins.pos", insight_id)
+
+
+def insight_negative(namespace: str, insight_id: str) -> str:
+    """Set Ω⁻: the queries the insight harmed."""
+    return _key(namespace, "ins.neg", insight_id)
+
+
+def insight_edges(namespace: str, insight_id: str) -> str:
     """Hyperedges (ι_a, ι_b, q) into this insight, stored as "a|q" members (Eq. 18)."""
-    return f"{PREFIX}:ins:{insight_id}:edges"
+    return _key(namespace, "ins.edges", insight_id)
 
 
-def insight_history(insight_id: str) -> str:
-    """Stream ids of this insight's entries in the history stream."""
-    return f"{PREFIX}:ins:{insight_id}:hist"
+def insight_history(namespace: str, insight_id: str) -> str:
+    """List of this insight's edit records (JSON)."""
+    return _key(namespace, "ins.hist", insight_id)
 
 
-def query(query_id: str) -> str:
-    return f"{PREFIX}:q:{query_id}"
+def insight_inherits(namespace: str, insight_id: str) -> str:
+    """Set: the insights whose Ω⁺ this one took over when it revised or absorbed them (transitively).
+
+    Retrieval reads Ω⁺ from the query side, so a query that supports one of these supports this one."""
+    return _key(namespace, "ins.inh", insight_id)
 
 
-def query_neighbours(query_id: str) -> str:
-    return f"{PREFIX}:q:{query_id}:nbr"
+def query(namespace: str, query_id: str) -> str:
+    return _key(namespace, "q", query_id)
+
+
+def query_neighbours(namespace: str, query_id: str) -> str:
+    """Sorted set: the query's neighbours in the query graph, scored by cosine similarity."""
+    return _key(namespace, "q.nbr", query_id)
+
+
+def query_supports(namespace: str, query_id: str) -> str:
+    """Set: the insights this query is positive evidence of (Ω⁺ seen from the query side)."""
+    return _key(namespace, "q.pos", query_id)
+
+
+def query_harms(namespace: str, query_id: str) -> str:
+    """Set: the insights this query is negative evidence of (Ω⁻ seen from the query side)."""
+    return _key(namespace, "q.neg", query_id)
 
 
 def namespace_insights(namespace: str) -> str:
-    return f"{PREFIX}:ns:{namespace}:insights"
+    return _key(namespace, "insights")
 
 
 def namespace_queries(namespace: str) -> str:
-    return f"{PREFIX}:ns:{namespace}:queries"
+    return _key(namespace, "queries")
 
 
 def namespace_texts(namespace: str) -> str:
     """Hash: digest of normalised insight text -> insight id, to refuse exact duplicate ADDs."""
-    return f"{PREFIX}:ns:{namespace}:texts"
+    return _key(namespace, "texts")
 
 
-def applied(event_id: str) -> str:
+def duplicate_band(namespace: str, band: str) -> str:
+    """Set: the insights whose text falls in one locality-sensitive bucket (near-duplicate search)."""
+    return _key(namespace, "dup", band)
+
+
+def applied(namespace: str, event_id: str) -> str:
     """Marker that an event's edits are committed; its value is the result summary."""
-    return f"{PREFIX}:applied:{event_id}"
+    return _key(namespace, "applied", event_id)
 
 
-def decision(event_id: str) -> str:
-    return f"{PREFIX}:decision:{event_id}"
+def decision(namespace: str, event_id: str) -> str:
+    return _key(namespace, "decision", event_id)
 
 
-def retrieval(retrieval_id: str) -> str:
-    return f"{PREFIX}:retrieval:{retrieval_id}"
+def retrieval(namespace: str, retrieval_id: str) -> str:
+    return _key(namespace, "retrieval", retrieval_id)
 
 
 def projector_cursor(index_identity: str) -> str:

@@ -65,7 +65,7 @@ class Memory:
         self.settings = settings
         self.redis = client
         self._embedded = embedded
-        self.graph = RedisGraphStore(client)
+        self.graph = RedisGraphStore(client, degree=settings.query_degree)
         self.stream = EventStream(client, settings.stream_maxlen)
         self.index = index
         self.embedder = make_embedder(settings)

@@ -7,11 +7,11 @@ retrieval read model (Qdrant), written only by the projector.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from evomem.editing import EditPlan
-from evomem.retrieval import Candidate
+from evomem.retrieval import ServingInsight
 from schemas import ControllerDecision, InsightNode, QueryNode
 
 Vector = Mapping[int, float] | Sequence[float]
@@ -47,24 +47,94 @@ class ApplyResult:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One entry of the change feed: node ``id`` of ``kind`` reached ``version``."""
+    """One entry of the change feed: node ``id`` of ``kind`` in ``namespace`` reached ``version``."""
 
     cursor: str
     kind: Literal["insight", "query"]
+    namespace: str
     id: str
     version: int
 
 
 @dataclass(frozen=True, slots=True)
 class RetrievalRecord:
-    """What a retrieval served, so a later report can refer to it by id."""
+    """What a retrieval served, so a later report can refer to it by id.
+
+    ``similar_scores``: Eq. 2's cosine of each similar query (the weights of the query graph's new
+    edges); ``similarity``: for each served insight, the similarity of its best supporting query
+    (what the rule controller reads as the insight's relevance to the task)."""
 
     id: str
     namespace: str
     query: str
     similar: tuple[str, ...]
     insight_ids: tuple[str, ...]
-    extra: dict[str, Any] = field(default_factory=dict)
+    similar_scores: tuple[float, ...] = ()
+    similarity: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDecision:
+    """A controller decision as stored before it is applied, with the digest of its event."""
+
+    decision: ControllerDecision
+    digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InsightHead:
+    """An insight without its evidence sets: what a decision needs (text, state, counts)."""
+
+    id: str
+    namespace: str
+    text: str
+    state: str
+    version: int
+    positive_count: int = 0
+    negative_count: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.state == "active"
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPoint:
+    """A query as the read model holds it: its text, and the insights it supports and harms."""
+
+    id: str
+    namespace: str
+    text: str
+    status: str
+    version: int
+    supports: tuple[str, ...] = ()
+    harms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InsightPoint:
+    """An insight as the read model holds it: what retrieval filters on and serves, no evidence."""
+
+    id: str
+    namespace: str
+    text: str
+    state: str
+    version: int
+    inherits: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueryHit:
+    """A past query found by similarity (Eq. 2), with the evidence it carries."""
+
+    id: str
+    score: float
+    supports: tuple[str, ...] = ()
+    harms: tuple[str, ...] = ()
+
+
+EventKey = tuple[str, str]
+"""(namespace, event id): event ids are the client's and scoped to a namespace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +152,10 @@ class EditRecord:
 
 
 class GraphStore(Protocol):
+    """The system of record. Insight ids are unique across namespaces, so insight reads take ids
+    alone; query ids, event ids and retrieval ids are scoped to their namespace."""
+
+    # -- consolidation ---------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
         """Apply a plan atomically; a plan whose event was applied before changes nothing."""
         ...
@@ -90,11 +164,60 @@ class GraphStore(Protocol):
         """Apply plans in order, each atomically; a plan that fails gives its exception in its place."""
         ...
 
-    def insights(self, ids: Collection[str]) -> dict[str, InsightNode]: ...
+    def heads(self, namespace: str, ids: Collection[str]) -> dict[str, InsightHead]:
+        """The insights of the namespace among ``ids``, without their evidence sets."""
+        ...
 
-    def queries(self, ids: Collection[str]) -> dict[str, QueryNode]: ...
+    def duplicate_candidates(self, namespace: str, bands: Collection[str]) -> set[str]:
+        """Insights of the namespace registered in any of these near-duplicate buckets."""
+        ...
 
-    def neighbours(self, query_ids: Collection[str]) -> dict[str, set[str]]: ...
+    def save_decisions(self, decisions: Mapping[EventKey, StoredDecision]) -> dict[EventKey, StoredDecision]:
+        """Store each decision unless one is stored for its event; return the stored ones."""
+        ...
+
+    def load_decisions(self, events: Collection[EventKey]) -> dict[EventKey, StoredDecision]: ...
+
+    def load_retrievals(self, retrievals: Collection[EventKey]) -> dict[EventKey, RetrievalRecord]:
+        """Retrieval records by (namespace, retrieval id)."""
+        ...
+
+    def is_applied(self, namespace: str, event_id: str) -> bool: ...
+
+    # -- retrieval -------------------------------------------------------------------------------
+    def neighbours(self, namespace: str, query_ids: Collection[str]) -> dict[str, dict[str, float]]:
+        """Each query's neighbours in the query graph with the edge's similarity (Eq. 3)."""
+        ...
+
+    def save_retrieval(self, record: RetrievalRecord, ttl_s: int) -> None: ...
+
+    def load_retrieval(self, namespace: str, retrieval_id: str) -> RetrievalRecord | None: ...
+
+    # -- projection ------------------------------------------------------------------------------
+    def changes(self, after: str, count: int) -> list[Change]: ...
+
+    def query_points(self, refs: Collection[EventKey]) -> dict[EventKey, QueryPoint]:
+        """Queries by (namespace, id) as the read model holds them (no trajectory)."""
+        ...
+
+    def insight_points(self, refs: Collection[EventKey]) -> dict[EventKey, InsightPoint]:
+        """Insights by (namespace, id) as the read model holds them (no evidence)."""
+        ...
+
+    def link_queries(self, namespace: str, query_id: str, similar: Mapping[str, float]) -> None:
+        """Link a query both ways to similar queries of its namespace (idempotent)."""
+        ...
+
+    def unlinked(self, namespace: str, query_ids: Collection[str]) -> set[str]:
+        """Those of the queries that still wait for the projector to link them."""
+        ...
+
+    # -- inspection --------------------------------------------------------------------------------
+    def insights(self, ids: Collection[str]) -> dict[str, InsightNode]:
+        """Whole insights, evidence included (inspection and export, not the hot paths)."""
+        ...
+
+    def queries(self, namespace: str, ids: Collection[str]) -> dict[str, QueryNode]: ...
 
     def states(self, ids: Collection[str]) -> dict[str, str]:
         """The state (active | archived) of each insight id that exists."""
@@ -114,36 +237,6 @@ class GraphStore(Protocol):
         """Hyperedges (ι_a, q) that contextualise this insight (Eq. 18)."""
         ...
 
-    def link_queries(self, query_id: str, similar: Collection[str]) -> None:
-        """Link a query both ways to similar queries of its namespace (idempotent)."""
-        ...
-
-    def unlinked(self, query_ids: Collection[str]) -> set[str]:
-        """Those of the queries that still wait for the projector to link them."""
-        ...
-
-    def save_decision(self, event_id: str, decision: ControllerDecision) -> ControllerDecision:
-        """Store the decision unless one is stored; return the one that is stored."""
-        ...
-
-    def save_decisions(self, decisions: Mapping[str, ControllerDecision]) -> dict[str, ControllerDecision]:
-        """``save_decision`` for many events in one round trip."""
-        ...
-
-    def load_decision(self, event_id: str) -> ControllerDecision | None: ...
-
-    def load_decisions(self, event_ids: Collection[str]) -> dict[str, ControllerDecision]: ...
-
-    def load_retrievals(self, retrieval_ids: Collection[str]) -> dict[str, RetrievalRecord]: ...
-
-    def is_applied(self, event_id: str) -> bool: ...
-
-    def save_retrieval(self, record: RetrievalRecord, ttl_s: int) -> None: ...
-
-    def load_retrieval(self, retrieval_id: str) -> RetrievalRecord | None: ...
-
-    def changes(self, after: str, count: int) -> list[Change]: ...
-
     def namespaces(self) -> set[str]: ...
 
     def insight_ids(self, namespace: str) -> set[str]: ...
@@ -152,30 +245,44 @@ class GraphStore(Protocol):
 
 
 class VectorIndex(Protocol):
+    """The retrieval read model: query points carry their evidence, insight points their state."""
+
     identity: str
     fresh: bool
     """True when the index was created empty by this open: the projector starts from the beginning."""
 
-    def upsert_queries(self, points: Sequence[tuple[QueryNode, Vector]]) -> None: ...
-
-    def write_insights(self, nodes: Sequence[InsightNode], vectors: Mapping[str, Vector]) -> None:
-        """Write insights, never replacing a stored version with an older one. ``vectors`` holds the
-        vector of every node the index does not have yet; the others get their payload updated."""
+    def write_queries(self, points: Sequence[tuple[QueryPoint, Vector | None]]) -> None:
+        """Write queries, never replacing a stored version with an older one. A point comes with
+        its vector when the index does not hold it yet, else with None (payload update)."""
         ...
 
-    def search_queries(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
-        """Top-k past queries of the namespace by cosine similarity, best first (Eq. 2)."""
+    def write_insights(self, points: Sequence[tuple[InsightPoint, Vector | None]]) -> None:
+        """As ``write_queries``, for insights."""
         ...
 
-    def candidate_insights(self, namespace: str, expanded: Collection[str], limit: int) -> list[Candidate]:
-        """Active insights of the namespace with Ω⁺ ∩ Q̃ˢ ≠ ∅ (Eq. 7), with their evidence."""
+    def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
+        """Top-k past queries of the namespace by cosine similarity, best first, with their
+        evidence (Eq. 2)."""
+        ...
+
+    def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
+        """The evidence of known queries of the namespace (score 0)."""
+        ...
+
+    def serving_insights(self, namespace: str, ids: Collection[str]) -> list[ServingInsight]:
+        """Active insights of the namespace whose id, or an id they inherit from, is in ``ids``
+        (Eq. 7's filter: active state and evidence ids)."""
         ...
 
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
-        """Active insights nearest to a text vector (for duplicate checks)."""
+        """Active insights nearest to a text vector."""
         ...
 
-    def insight_versions(self, ids: Collection[str]) -> dict[str, int]: ...
+    def versions(
+        self, kind: Literal["insight", "query"], namespace: str, ids: Collection[str]
+    ) -> dict[str, int]:
+        """The version the index holds of each of these nodes (missing ones are left out)."""
+        ...
 
     def count(self, kind: Literal["insight", "query"]) -> int: ...
 

@@ -1,17 +1,20 @@
 """The projector: keeps the Qdrant read model in step with the Redis system of record.
 
-It tails the change feed from its cursor, reads the changed nodes' current state from the graph
-store and writes them to the index in batches. Node text never changes, so a vector is computed
-once, when a node first reaches the index; later versions update the payload only, and the index
-never replaces a newer version with an older one. One projector per index: the embedded index can
-only be opened by one process anyway.
+It tails the change feed from its cursor, reads what the read model holds of each changed node from
+the graph store and writes it to the index in batches: for a query, its status and the insights it
+supports and harms; for an insight, its text, state and what it inherits. No evidence set of an
+insight is ever read or written here, so a popular insight costs the projector no more than a new
+one. Node text never changes, so a vector is computed once, when a node first reaches the index;
+later versions update the payload only, and the index never replaces a newer version with an older
+one. One projector per index: the embedded index can only be opened by one process anyway.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import redis
 
@@ -19,7 +22,7 @@ from evomem import keys
 from evomem.embedding import Embedder
 from evomem.errors import TransientError
 from evomem.logs import get_logger
-from evomem.ports import GraphStore, Vector, VectorIndex
+from evomem.ports import EventKey, GraphStore, InsightPoint, QueryPoint, Vector, VectorIndex
 from evomem.redis_server import Client
 
 BATCH = 2048
@@ -67,50 +70,76 @@ class Projector:
             batch = self.graph.changes(self.cursor, BATCH)
             if not batch:
                 break
-            latest: dict[str, int] = {}
+            latest: dict[Literal["insight", "query"], dict[EventKey, int]] = {"insight": {}, "query": {}}
             for c in batch:
-                if c.kind == "insight":
-                    latest[c.id] = max(latest.get(c.id, 0), c.version)
-            query_ids = list(dict.fromkeys(c.id for c in batch if c.kind == "query"))
-            report.queries += self._project_queries(query_ids)
-            report.insights += self._project_insights(latest)
+                ref = (c.namespace, c.id)
+                seen = latest[c.kind]
+                seen[ref] = max(seen.get(ref, 0), c.version)
+            report.queries += self._project_queries(latest["query"])
+            report.insights += self._project_insights(latest["insight"])
             report.changes += len(batch)
             self.cursor = batch[-1].cursor
             self._save_cursor()
         return report
 
-    def _project_queries(self, ids: list[str]) -> int:
-        nodes = list(self.graph.queries(ids).values())
-        if not nodes:
-            return 0
-        vectors: Sequence[Vector] = self.embedder.embed([q.text for q in nodes])
-        pending = self.graph.unlinked([q.id for q in nodes])
-        ready = [(q, v) for q, v in zip(nodes, vectors, strict=True) if q.id not in pending]
-        self.index.upsert_queries(ready)
-        # one at a time, so that queries of the same batch can find each other
-        for q, v in zip(nodes, vectors, strict=True):
-            if q.id in pending:
-                similar = [
-                    s for s, _ in self.index.search_queries(v, q.namespace, self.link_k + 1) if s != q.id
-                ]
-                self.graph.link_queries(q.id, similar[: self.link_k])
-                self.index.upsert_queries([(q, v)])
-        return len(nodes)
+    def _held(
+        self, kind: Literal["insight", "query"], announced: Mapping[EventKey, int]
+    ) -> dict[EventKey, int]:
+        """The versions the index holds of the announced nodes, asked once per namespace."""
+        by_ns: dict[str, list[str]] = {}
+        for ns, i in announced:
+            by_ns.setdefault(ns, []).append(i)
+        held: dict[EventKey, int] = {}
+        for ns, ids in by_ns.items():
+            held.update(((ns, i), v) for i, v in self.index.versions(kind, ns, ids).items())
+        return held
 
-    def _project_insights(self, latest: dict[str, int]) -> int:
-        """``latest``: the newest version of each insight the batch of changes announces. Nodes the
-        index already holds at that version are not read back from Redis at all (a replayed feed,
-        or a node changed again since and projected from a later batch)."""
-        stored = self.index.insight_versions(list(latest))
-        wanted = [i for i, v in latest.items() if stored.get(i, 0) < v]
-        nodes = self.graph.insights(wanted) if wanted else {}
-        if not nodes:
+    def _project_queries(self, announced: Mapping[EventKey, int]) -> int:
+        """Queries the index does not hold at the announced version: read, embedded if new, written.
+        A query reported without a retrieval record is linked to its most similar queries first."""
+        held = self._held("query", announced)
+        wanted = [ref for ref, v in announced.items() if held.get(ref, 0) < v]
+        points = self.graph.query_points(wanted) if wanted else {}
+        if not points:
             return 0
-        newer = [n for n in nodes.values() if stored.get(n.id, 0) < n.version]
-        unseen = [n for n in newer if n.id not in stored]
-        embedded: Sequence[Vector] = self.embedder.embed([n.text for n in unseen])
-        vectors: dict[str, Vector] = dict(zip((n.id for n in unseen), embedded, strict=True))
-        self.index.write_insights(newer, vectors)
+        unseen = [ref for ref in points if ref not in held]
+        vectors: dict[EventKey, Vector] = dict(
+            zip(unseen, self.embedder.embed([points[ref].text for ref in unseen]), strict=True)
+        )
+        pending: set[EventKey] = set()
+        by_ns: dict[str, list[str]] = {}
+        for ns, q in unseen:
+            by_ns.setdefault(ns, []).append(q)
+        for ns, ids in by_ns.items():
+            pending |= {(ns, q) for q in self.graph.unlinked(ns, ids)}
+        ready: list[tuple[QueryPoint, Vector | None]] = [
+            (p, vectors.get(ref)) for ref, p in points.items() if ref not in pending
+        ]
+        self.index.write_queries(ready)
+        # one at a time, so that queries of the same batch can find each other
+        for ref in pending:
+            ns, q = ref
+            hits = self.index.search_queries(vectors[ref], ns, self.link_k + 1)
+            similar = {h.id: h.score for h in hits if h.id != q}
+            self.graph.link_queries(ns, q, dict(list(similar.items())[: self.link_k]))
+            self.index.write_queries([(points[ref], vectors[ref])])
+        return len(points)
+
+    def _project_insights(self, announced: Mapping[EventKey, int]) -> int:
+        """Insights the index does not hold at the announced version (a replayed feed, or a node
+        changed again since and projected from a later batch, is not read back at all)."""
+        held = self._held("insight", announced)
+        wanted = [ref for ref, v in announced.items() if held.get(ref, 0) < v]
+        points = self.graph.insight_points(wanted) if wanted else {}
+        newer = {ref: p for ref, p in points.items() if held.get(ref, 0) < p.version}
+        if not newer:
+            return 0
+        unseen = [ref for ref in newer if ref not in held]
+        vectors: dict[EventKey, Vector] = dict(
+            zip(unseen, self.embedder.embed([newer[ref].text for ref in unseen]), strict=True)
+        )
+        pairs: list[tuple[InsightPoint, Vector | None]] = [(p, vectors.get(ref)) for ref, p in newer.items()]
+        self.index.write_insights(pairs)
         return len(newer)
 
     def follow(self, stop: threading.Event, block_ms: int = 500) -> None:

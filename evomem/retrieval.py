@@ -2,17 +2,31 @@
 
 Eq. 2 (top-k similar queries) is the index's job; this module holds what follows it:
 Eq. 3-4 neighbour expansion, Eq. 7 candidate rule, Eq. 8-9 support and conflict, Eq. 10 top-B.
+
+Evidence is read from the query side: each query of Q̃ˢ knows the insights it supports and harms,
+and an insight that revised or absorbed others is supported by whatever supported them
+(``inherits``). ``candidates_from_queries`` turns that into the candidates of Eq. 7 carrying
+Ω⁺ ∩ Q̃ˢ and Ω⁻ ∩ Q̃ˢ, which is all Eq. 8-9 look at, so the work grows with |Q̃ˢ|, never with |Ω⁺|.
+
+Two scorings. ``count`` is Eq. 8-9 exactly: s = |Ω⁺ ∩ Q̃ˢ|, c = |Ω⁻ ∩ Q̃ˢ|. ``weighted`` counts each
+query by its similarity w(q) to the current one (Eq. 2's cosine; a neighbour reached through the
+query graph gets the similarity of the query that led to it times the edge's own, so never more):
+r = s_w − λ·c_w, so a supporting query with the very same text outweighs one that only shares a
+template word. Either way, ties go to the insight whose best supporting query is the more similar.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
+
+Scoring = Literal["weighted", "count"]
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """An insight as the index returns it: enough to score it, no more."""
+    """An insight as ranking sees it: its evidence (the whole sets, or their part inside Q̃ˢ)."""
 
     id: str
     text: str
@@ -24,7 +38,10 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class ScoredInsight:
-    """A served insight with the terms of its score r = s − λc."""
+    """A served insight with the terms of its score r = s − λc.
+
+    ``support`` and ``conflict`` are the counts of Eq. 9 whatever the scoring; ``score`` is what
+    ranked; ``similarity`` is the similarity of the most similar query that supports it."""
 
     id: str
     text: str
@@ -32,34 +49,95 @@ class ScoredInsight:
     support: int
     conflict: int
     version: int = 0
+    similarity: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Expansion:
-    """Q̃ˢ: the similar queries and the neighbours the query graph adds to them."""
+    """Q̃ˢ: the similar queries and the neighbours the query graph adds to them, with the weight
+    w(q) of each (its similarity to the current query; 1.0 where none was given)."""
 
     similar: tuple[str, ...]
     expanded: frozenset[str] = field(default_factory=frozenset)
+    weights: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ServingInsight:
+    """An active insight as the read model serves it, with the insights it took Ω⁺ over from."""
+
+    id: str
+    text: str
+    version: int = 0
+    inherits: tuple[str, ...] = ()
+
+
+Neighbours = Mapping[str, Iterable[str]] | Mapping[str, Mapping[str, float]]
 
 
 def expand_neighbours(
     similar: Sequence[str],
-    neighbours_of: Callable[[Collection[str]], Mapping[str, Iterable[str]]],
+    neighbours_of: Callable[[Collection[str]], Neighbours],
     hops: int = 1,
+    similarity: Sequence[float] | None = None,
 ) -> Expansion:
     """Q̃ˢ = Qˢ ∪ ΔQ (Eq. 3-4), repeated ``hops`` times; ``hops=0`` keeps Qˢ alone.
 
-    ``neighbours_of`` fetches the 1-hop neighbours of a set of query ids in one round trip.
+    ``neighbours_of`` fetches the 1-hop neighbours of a set of query ids in one round trip, as ids
+    or as {neighbour: edge similarity}. ``similarity`` holds Eq. 2's cosine of each similar query.
+    A query reached through the graph weighs the best w(parent) · edge of the hop that reached it.
     """
-    expanded = set(similar)
-    frontier: set[str] = set(similar)
+    weights: dict[str, float] = {}
+    for n, q in enumerate(similar):
+        w = 1.0 if similarity is None else float(similarity[n])
+        weights[q] = max(w, weights.get(q, 0.0))
+    frontier: set[str] = set(weights)
     for _ in range(hops):
         if not frontier:
             break
         found = neighbours_of(frontier)
-        frontier = {q for ids in found.values() for q in ids} - expanded
-        expanded |= frontier
-    return Expansion(similar=tuple(similar), expanded=frozenset(expanded))
+        reached: dict[str, float] = {}
+        for parent, nbrs in found.items():
+            base = weights.get(parent, 0.0)
+            edges = nbrs.items() if isinstance(nbrs, Mapping) else ((q, 1.0) for q in nbrs)
+            for q, edge in edges:
+                if q not in weights:
+                    w = base * float(edge)
+                    if w >= reached.get(q, -1.0):
+                        reached[q] = w
+        weights.update(reached)
+        frontier = set(reached)
+    return Expansion(similar=tuple(similar), expanded=frozenset(weights), weights=weights)
+
+
+def candidates_from_queries(
+    supports: Mapping[str, Iterable[str]],
+    harms: Mapping[str, Iterable[str]],
+    serving: Iterable[ServingInsight],
+) -> list[Candidate]:
+    """Eq. 7 from the query side: each active insight with Ω⁺ ∩ Q̃ˢ ≠ ∅, carrying Ω⁺ ∩ Q̃ˢ and Ω⁻ ∩ Q̃ˢ.
+
+    ``supports[q]`` / ``harms[q]``: the insights each query of Q̃ˢ is positive / negative evidence
+    of; ``serving``: the active insights that one of those ids names, directly or by inheritance
+    (its own positive evidence plus that of every insight it revised or absorbed).
+    """
+    supported_by: dict[str, set[str]] = {}
+    for q, ids in supports.items():
+        for i in ids:
+            supported_by.setdefault(i, set()).add(q)
+    harmed_by: dict[str, set[str]] = {}
+    for q, ids in harms.items():
+        for i in ids:
+            harmed_by.setdefault(i, set()).add(q)
+    out = []
+    for ins in serving:
+        positive: set[str] = set(supported_by.get(ins.id, ()))
+        for source in ins.inherits:
+            positive |= supported_by.get(source, set())
+        if positive:
+            negative = frozenset(harmed_by.get(ins.id, ()))
+            out.append(Candidate(ins.id, ins.text, frozenset(positive), negative, ins.version, True))
+    return out
 
 
 def support(candidate: Candidate, expanded: Collection[str]) -> int:
@@ -72,37 +150,60 @@ def conflict(candidate: Candidate, expanded: Collection[str]) -> int:
     return _overlap(candidate.negative, expanded)
 
 
-def conflict_penalized_score(s: int, c: int, lam: float) -> float:
+def conflict_penalized_score(s: float, c: float, lam: float) -> float:
     """r = s − λc (Eq. 8)."""
     return s - lam * c
 
 
 def rank_insights(
-    candidates: Iterable[Candidate], expanded: Collection[str], lam: float, budget: int
+    candidates: Iterable[Candidate],
+    expanded: Collection[str],
+    lam: float,
+    budget: int,
+    *,
+    weights: Mapping[str, float] | None = None,
+    scoring: Scoring = "count",
 ) -> list[ScoredInsight]:
     """Top-B of the active candidates supported in Q̃ˢ (Eq. 7 and 10).
 
     Only r > 0 is served: an insight whose conflict outweighs its support here is held back, so B
-    is a maximum. Ties go to more support, then to the id, so the order is deterministic.
+    is a maximum. Ties go to the more similar best supporting query (with ``weights``), then to more
+    support, then to the id, so the order is deterministic. ``scoring="weighted"`` needs ``weights``.
     """
     expanded = expanded if isinstance(expanded, set | frozenset) else frozenset(expanded)
-    # (-r, -s, id, arrival) sorts exactly as the stable sort on (-r, -s, id) would; the served
-    # ScoredInsight objects are only built for the top B.
-    scored: list[tuple[float, int, str, int, int, Candidate]] = []
+    if scoring == "weighted" and weights is None:
+        raise ValueError("weighted scoring needs the weight of every query of Q̃ˢ")
+    # (-r, -sim, -s, id, arrival) sorts exactly as the stable sort on (-r, -sim, -s, id) would;
+    # the served ScoredInsight objects are only built for the top B.
+    scored: list[tuple[float, float, int, str, int, int, Candidate]] = []
     for n, cand in enumerate(candidates):
         if not cand.active:
             continue
-        s = _overlap(cand.positive, expanded)  # support, Eq. 9
-        if s == 0:
-            continue
-        c = _overlap(cand.negative, expanded)  # conflict, Eq. 9
-        r = conflict_penalized_score(s, c, lam)  # Eq. 8
+        if weights is None:
+            s = _overlap(cand.positive, expanded)  # support, Eq. 9
+            if s == 0:
+                continue
+            c = _overlap(cand.negative, expanded)  # conflict, Eq. 9
+            r = conflict_penalized_score(s, c, lam)  # Eq. 8
+            sim = 0.0
+        else:
+            pos = [weights.get(q, 0.0) for q in cand.positive if q in expanded]
+            s = len(pos)
+            if s == 0:
+                continue
+            neg = [weights.get(q, 0.0) for q in cand.negative if q in expanded]
+            c = len(neg)
+            sim = max(pos)
+            if scoring == "weighted":
+                r = conflict_penalized_score(sum(pos), sum(neg), lam)
+            else:
+                r = conflict_penalized_score(s, c, lam)
         if r > 0:
-            scored.append((-r, -s, cand.id, n, c, cand))
+            scored.append((-r, -sim, -s, cand.id, n, c, cand))
     scored.sort()
     return [
-        ScoredInsight(cand.id, cand.text, -neg_r, -neg_s, c, cand.version)
-        for neg_r, neg_s, _, _, c, cand in scored[:budget]
+        ScoredInsight(cand.id, cand.text, -neg_r, -neg_s, c, cand.version, -neg_sim)
+        for neg_r, neg_sim, neg_s, _, _, c, cand in scored[:budget]
     ]
 
 
@@ -118,6 +219,9 @@ __all__ = [
     "Candidate",
     "Expansion",
     "ScoredInsight",
+    "Scoring",
+    "ServingInsight",
+    "candidates_from_queries",
     "conflict",
     "conflict_penalized_score",
     "expand_neighbours",

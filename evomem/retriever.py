@@ -1,6 +1,9 @@
 """The retrieval path an agent waits on: embed, top-k similar queries, expand, filter, rank.
 
-No LLM and no write on this path except the small retrieval record a later report refers to.
+No LLM and no write on this path except the small retrieval record a later report refers to. Its
+reads are proportional to |Q̃ˢ|: the similar queries come back from the index with the evidence they
+carry, the neighbours' evidence in one more read, and the candidates in one filtered read of the
+insights those name (active ones only), however much evidence each insight has gathered.
 """
 
 from __future__ import annotations
@@ -12,13 +15,10 @@ from dataclasses import dataclass
 from evomem.embedding import Embedder
 from evomem.logs import get_logger
 from evomem.ports import GraphStore, RetrievalRecord, VectorIndex
-from evomem.retrieval import ScoredInsight, expand_neighbours, rank_insights
+from evomem.retrieval import ScoredInsight, candidates_from_queries, expand_neighbours, rank_insights
 from evomem.settings import Settings
 
 log = get_logger("evomem.retriever")
-
-#: Candidates fetched at most from the index before ranking (Eq. 7 can match many insights).
-CANDIDATE_LIMIT = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class Retriever:
 
     def similar_queries(self, namespace: str, query: str, k: int | None = None) -> list[str]:
         vector = self.embedder.embed([query])[0]
-        return [q for q, _ in self.index.search_queries(vector, namespace, k or self.settings.top_k)]
+        return [h.id for h in self.index.search_queries(vector, namespace, k or self.settings.top_k)]
 
     def retrieve(
         self,
@@ -64,20 +64,42 @@ class Retriever:
         record: bool = True,
     ) -> Retrieval:
         s = self.settings
-        similar = self.similar_queries(namespace, query, top_k)  # Eq. 2
+        vector = self.embedder.embed([query])[0]
+        hits = self.index.search_queries(vector, namespace, top_k or s.top_k)  # Eq. 2
         expansion = expand_neighbours(
-            similar, self.graph.neighbours, s.hops if hops is None else hops
+            [h.id for h in hits],
+            lambda ids: self.graph.neighbours(namespace, ids),
+            s.hops if hops is None else hops,
+            similarity=[h.score for h in hits],
         )  # Eq. 3-4
-        candidates = self.index.candidate_insights(namespace, expansion.expanded, CANDIDATE_LIMIT)  # Eq. 7
-        ranked = rank_insights(candidates, expansion.expanded, s.lambda_, budget or s.budget)  # Eq. 8-10
+        evidence = {h.id: h for h in hits}
+        evidence.update(self.index.query_evidence(namespace, expansion.expanded - evidence.keys()))
+        supports = {q: h.supports for q, h in evidence.items()}
+        named = {i for ids in supports.values() for i in ids}
+        serving = self.index.serving_insights(namespace, named)  # Eq. 7: active, supported in Q̃ˢ
+        candidates = candidates_from_queries(supports, {q: h.harms for q, h in evidence.items()}, serving)
+        ranked = rank_insights(
+            candidates,
+            expansion.expanded,
+            s.lambda_,
+            budget or s.budget,
+            weights=expansion.weights,
+            scoring=s.scoring,
+        )  # Eq. 8-10
         retrieval = Retrieval(
-            str(uuid.uuid4()), namespace, query, tuple(ranked), tuple(similar), len(expansion.expanded)
+            str(uuid.uuid4()), namespace, query, tuple(ranked), expansion.similar, len(expansion.expanded)
         )
         if record:
             # off the agent's path: the record is only read when the report is consolidated, and
             # report() waits for pending records first (``flush``)
             rec = RetrievalRecord(
-                retrieval.id, namespace, query, retrieval.similar, tuple(i.id for i in ranked)
+                retrieval.id,
+                namespace,
+                query,
+                retrieval.similar,
+                tuple(i.id for i in ranked),
+                tuple(h.score for h in hits),
+                tuple(i.similarity for i in ranked),
             )
             # keep only the unfinished ones: a service that never calls report() must not grow this
             self._pending = [f for f in self._pending if not f.done()]
@@ -101,4 +123,4 @@ class Retriever:
         self._recorder.shutdown(wait=True)
 
 
-__all__ = ["CANDIDATE_LIMIT", "Retrieval", "Retriever"]
+__all__ = ["Retrieval", "Retriever"]

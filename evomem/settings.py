@@ -10,6 +10,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 OperationsMode = Literal["all", "add+keep+archive", "add+keep"]
 ArchivePolicy = Literal["evidence", "immediate"]
+Scoring = Literal["weighted", "count"]
+RulesCredit = Literal["relevant", "all"]
 
 #: Which operations each ablation (paper Figure 3) allows; ADD is always allowed.
 ALLOWED_OPERATIONS: dict[str, frozenset[str]] = {
@@ -41,6 +43,21 @@ class Settings(BaseSettings):
     operations: OperationsMode = "all"
     archive_policy: ArchivePolicy = "evidence"
     archive_ratio: float = Field(0.5, ge=0.0)
+    scoring: Scoring = Field(
+        "weighted", description="weighted: support and conflict weighted by similarity; count: Eq. 8-9"
+    )
+    query_degree: int = Field(
+        32, ge=0, le=10_000, description="neighbours each query keeps in the query graph, the most similar"
+    )
+    rules_credit: RulesCredit = Field(
+        "relevant", description="which served insights the rule controller credits or blames"
+    )
+    rules_relevance: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="similarity from which the rule controller counts an insight relevant",
+    )
 
     embedder: Literal["hashing", "openai"] = "hashing"
     embedding_model: str = "text-embedding-3-small"
@@ -71,7 +88,9 @@ class Settings(BaseSettings):
     llm_response_format: Literal["auto", "json_schema", "json_object"] = "auto"
     llm_price_prompt_per_1k: float | None = Field(None, ge=0, description="USD per 1k prompt tokens")
     llm_price_completion_per_1k: float | None = Field(None, ge=0, description="USD per 1k completion tokens")
-    duplicate_threshold: float = Field(0.9, gt=0, le=1, description="cosine over which an ADD is a duplicate")
+    duplicate_threshold: float = Field(
+        0.9, gt=0, le=1, description="cosine from which a new insight text repeats an active one"
+    )
 
     stream_maxlen: int = Field(
         1_000_000, ge=1, description="length past which acknowledged events are trimmed"
@@ -118,4 +137,4 @@ class Settings(BaseSettings):
         return self.qdrant_url is None
 
 
-__all__ = ["ALLOWED_OPERATIONS", "ArchivePolicy", "OperationsMode", "Settings"]
+__all__ = ["ALLOWED_OPERATIONS", "ArchivePolicy", "OperationsMode", "RulesCredit", "Scoring", "Settings"]

@@ -16,23 +16,29 @@ from typing import Any
 import redis
 
 from evomem import keys
+from evomem.editing import event_digest
 from evomem.errors import InvalidEventError, TransientError
 from evomem.redis_server import Client
 from schemas import TaskEvent
 
 # Checks, in one round trip with the XADD, that every insight the event names exists in its
-# namespace and that its query id (ARGV[5], may be empty) is not another namespace's; returns the
-# first offending id ("bad:" / "badq:"), or the new entry id prefixed by "ok:".
+# namespace and that its event id was not applied or decided before for other content (ARGV[5], the
+# event's digest); returns the first offending id ("bad:") or "reused:", or the new entry id
+# prefixed by "ok:". ARGV: namespace prefix, maxlen (unused), document, event id, digest, insight ids.
 _PUBLISH = """
-local ns = ARGV[1]
-local doc = ARGV[4]
-if ARGV[5] ~= '' then
-  local qns = redis.call('HGET', ARGV[2] .. ':q:' .. ARGV[5], 'namespace')
-  if qns and qns ~= ns then return 'badq:' .. ARGV[5] end
+local N = ARGV[1]
+local doc = ARGV[3]
+for _, kind in ipairs({'applied', 'decision'}) do
+  local seen = redis.call('GET', N .. ':' .. kind .. ':' .. ARGV[4])
+  if seen then
+    local ok, d = pcall(cjson.decode, seen)
+    if ok and type(d) == 'table' and d.digest and d.digest ~= cjson.null and d.digest ~= ARGV[5] then
+      return 'reused:'
+    end
+  end
 end
 for i = 6, #ARGV do
-  local found = redis.call('HGET', ARGV[2] .. ':ins:' .. ARGV[i], 'namespace')
-  if found ~= ns then return 'bad:' .. ARGV[i] end
+  if redis.call('EXISTS', N .. ':ins:' .. ARGV[i]) == 0 then return 'bad:' .. ARGV[i] end
 end
 return 'ok:' .. redis.call('XADD', KEYS[1], '*', 'event', doc)
 """
@@ -68,17 +74,28 @@ class EventStream:
         """Validate the ids the event names and append it, in one round trip; return the entry id."""
         doc = event.model_dump_json()
         named = event.named_insight_ids()
+        event_id = str(event.event_id)
         try:
             res = _s(
                 self._publish(
                     keys=[self.stream],
-                    args=[event.namespace, keys.PREFIX, self.maxlen, doc, event.query_id or "", *named],
+                    args=[
+                        keys.ns_prefix(event.namespace),
+                        self.maxlen,
+                        doc,
+                        event_id,
+                        event_digest(event),
+                        *named,
+                    ],
                 )
             )
         except redis.ConnectionError as exc:
             raise TransientError("redis unreachable; the event was not published") from exc
-        if res.startswith("badq:"):
-            raise InvalidEventError("query_id", f"query {res[5:]!r} belongs to another namespace")
+        if res.startswith("reused:"):
+            raise InvalidEventError(
+                "event_id",
+                f"event {event_id} was reported before with other content; a retry must repeat the event",
+            )
         if res.startswith("bad:"):
             bad = res[4:]
             field = (

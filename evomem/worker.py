@@ -37,7 +37,7 @@ class ConsolidationWorker:
     def __init__(self, settings: Settings, client: Client, consumer: str | None = None) -> None:
         self.settings = settings
         self.redis = client
-        self.graph = RedisGraphStore(client)
+        self.graph = RedisGraphStore(client, degree=settings.query_degree)
         self.stream = EventStream(client, settings.stream_maxlen)
         self.consolidator = Consolidator(
             self.graph,

@@ -66,7 +66,7 @@ def seed(client: redis.Redis, namespace: str, texts: list[str]) -> list[str]:
                 at=utcnow(),
             )
         )
-        ids.append(added_insight_id(str(event.event_id)))
+        ids.append(added_insight_id(event.namespace, str(event.event_id)))
     return ids
 
 
@@ -107,4 +107,4 @@ def dead_letters(client: redis.Redis) -> list[dict[str, str]]:
 
 
 def applied(client: redis.Redis, event: TaskEvent) -> bool:
-    return RedisGraphStore(client).is_applied(str(event.event_id))
+    return RedisGraphStore(client).is_applied(event.namespace, str(event.event_id))

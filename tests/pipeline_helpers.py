@@ -181,7 +181,7 @@ def graph_state(store: Any, namespace: str) -> dict[str, Any]:
 
 
 def applied_count(client: redis.Redis) -> int:
-    return sum(1 for _ in client.scan_iter(match="em:applied:*", count=1000))
+    return sum(1 for _ in client.scan_iter(match="em:{*}:applied:*", count=1000))
 
 
 def xadd_events(client: redis.Redis, events: Iterable[TaskEvent]) -> None:

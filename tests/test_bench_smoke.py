@@ -14,7 +14,6 @@ from evomem import bench, bench_http
 
 SCENARIO_KEYS = {
     "name",
-    "variant",
     "n_queries",
     "n_insights",
     "active_insights",
@@ -54,18 +53,14 @@ def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
     )
 
 
-@pytest.mark.parametrize("variant", ["shipped", "proposed-edge"])
-def test_bench_writes_the_results_file(
-    tmp_path: Path, variant: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bench_writes_the_results_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "results.json").write_text(json.dumps({"llm": {"kept": True}}))
-    assert bench.run(_args(tmp_path, "--variant", variant)) == 0
+    assert bench.run(_args(tmp_path)) == 0
 
     merged = json.loads((tmp_path / "results.json").read_text())
     assert merged["llm"] == {"kept": True}  # another suite's figures survive
     doc = merged[bench.RESULTS_KEY]
     assert doc["schema"] == bench.RESULTS_SCHEMA
-    assert doc["variant"] == variant
     assert {
         "timestamp",
         "duration_s",
@@ -81,10 +76,11 @@ def test_bench_writes_the_results_file(
     assert doc["machine"]["qdrant_edge_py"]
     assert "Redis server" in doc["machine"]["redis_server"]
 
-    assert [s["name"] for s in doc["scenarios"]] == ["retrieve", "report"]
+    assert [s["name"] for s in doc["scenarios"]] == ["retrieve", "report", "retrieve-count"]
+    assert [s.get("scoring") for s in doc["scenarios"]] == ["weighted", None, "count"]
     for s in doc["scenarios"]:
         assert s.keys() >= SCENARIO_KEYS
-        assert (s["n_queries"], s["n_insights"], s["iterations"], s["variant"]) == (300, 150, 20, variant)
+        assert (s["n_queries"], s["n_insights"], s["iterations"]) == (300, 150, 20)
         assert 0 < s["p50_ms"] <= s["p99_ms"] <= s["max_ms"]
 
     (data,) = doc["datasets"]

@@ -9,9 +9,8 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from qdrant_client import QdrantClient
@@ -21,14 +20,13 @@ from evomem.errors import ConfigError, StoreLockedError, TransientError
 from evomem.index.client import ClientIndex
 from evomem.index.edge import EdgeIndex
 from evomem.index.memory import InMemoryIndex
-from evomem.ports import VectorIndex
+from evomem.ports import InsightPoint, QueryHit, QueryPoint, VectorIndex
+from evomem.retrieval import ServingInsight
 from evomem.settings import Settings
-from schemas import InsightNode, QueryNode
 
 Kind = Literal["sparse", "dense"]
 Opener = Callable[..., VectorIndex]
 BACKENDS = ["edge", "client", "memory"]
-NOW = datetime(2025, 1, 1, tzinfo=UTC)
 BIG = 4_000_000_000  # a crc32 bucket above 2**31: sparse indices are unsigned 32-bit
 
 
@@ -63,8 +61,15 @@ def index(open_index: Opener) -> VectorIndex:
     return open_index()
 
 
-def query(qid: str, namespace: str = "ns") -> QueryNode:
-    return QueryNode(id=qid, namespace=namespace, text=qid, status="resolved", event_id="e", created_at=NOW)
+def query(
+    qid: str,
+    namespace: str = "ns",
+    *,
+    supports: tuple[str, ...] = (),
+    harms: tuple[str, ...] = (),
+    version: int = 1,
+) -> QueryPoint:
+    return QueryPoint(qid, namespace, qid, "resolved", version, supports, harms)
 
 
 def insight(
@@ -72,23 +77,11 @@ def insight(
     *,
     namespace: str = "ns",
     state: Literal["active", "archived"] = "active",
-    positive: tuple[str, ...] = (),
-    negative: tuple[str, ...] = (),
+    inherits: tuple[str, ...] = (),
     version: int = 1,
     text: str | None = None,
-) -> InsightNode:
-    return InsightNode(
-        id=iid,
-        namespace=namespace,
-        text=text or f"{iid} v{version}",
-        state=state,
-        positive=frozenset(positive),
-        negative=frozenset(negative),
-        version=version,
-        created_by_event="e",
-        created_at=NOW,
-        updated_at=NOW,
-    )
+) -> InsightPoint:
+    return InsightPoint(iid, namespace, text or f"{iid} v{version}", state, version, inherits)
 
 
 def unit(vec: dict[int, float]) -> dict[int, float]:
@@ -108,28 +101,37 @@ D_NEAR, D_MID, D_FAR = [5.0, 0.0, 0.0, 0.0], [0.8, 0.6, 0.0, 0.0], [0.6, 0.0, 0.
 D_OPPOSITE = [-1.0, 0.0, 0.0, 0.0]
 
 
-# -- similarity search --------------------------------------------------------------------------
+def ids(hits: list[QueryHit]) -> list[str]:
+    return [h.id for h in hits]
+
+
+def served(index: VectorIndex, namespace: str, wanted: list[str]) -> dict[str, ServingInsight]:
+    return {s.id: s for s in index.serving_insights(namespace, wanted)}
+
+
+# -- similarity search (Eq. 2) ------------------------------------------------------------------
 def test_search_queries_ranks_by_cosine_within_the_namespace(index: VectorIndex) -> None:
-    index.upsert_queries(
+    index.write_queries(
         [
             (query("far"), FAR),
-            (query("near"), NEAR),
+            (query("near", supports=("i1", "i2"), harms=("i3",)), NEAR),
             (query("mid"), MID),
             (query("disjoint"), DISJOINT),
             (query("other-ns", "elsewhere"), NEAR),
         ]
     )
     hits = index.search_queries(PROBE, "ns", 10)
-    assert [h for h, _ in hits] == ["near", "mid", "far"]  # no zero score, never another namespace
-    assert [s for _, s in hits] == pytest.approx([1.0, 0.8, 0.6], abs=1e-4)
-    assert [h for h, _ in index.search_queries(PROBE, "ns", 2)] == ["near", "mid"]
-    assert [h for h, _ in index.search_queries(PROBE, "elsewhere", 10)] == ["other-ns"]
+    assert ids(hits) == ["near", "mid", "far"]  # no zero score, never another namespace
+    assert [h.score for h in hits] == pytest.approx([1.0, 0.8, 0.6], abs=1e-4)
+    assert (hits[0].supports, hits[0].harms) == (("i1", "i2"), ("i3",))  # the evidence comes along
+    assert ids(index.search_queries(PROBE, "ns", 2)) == ["near", "mid"]
+    assert ids(index.search_queries(PROBE, "elsewhere", 10)) == ["other-ns"]
     assert index.search_queries(PROBE, "nobody", 10) == []
 
 
 def test_dense_search_ranks_by_cosine_within_the_namespace(open_index: Opener) -> None:
     index = open_index("dense", 4)
-    index.upsert_queries(
+    index.write_queries(
         [
             (query("far"), D_FAR),
             (query("near"), D_NEAR),
@@ -139,15 +141,14 @@ def test_dense_search_ranks_by_cosine_within_the_namespace(open_index: Opener) -
         ]
     )
     hits = index.search_queries(D_PROBE, "ns", 10)
-    assert [h for h, _ in hits] == ["near", "mid", "far"]
-    assert [s for _, s in hits] == pytest.approx([1.0, 0.8, 0.6], abs=1e-4)
+    assert ids(hits) == ["near", "mid", "far"]
+    assert [h.score for h in hits] == pytest.approx([1.0, 0.8, 0.6], abs=1e-4)
     index.write_insights(
         [
-            insight("a", positive=("q",)),
-            insight("b", state="archived", positive=("q",)),
-            insight("c", namespace="elsewhere"),
-        ],
-        {"a": D_MID, "b": D_NEAR, "c": D_NEAR},
+            (insight("a"), D_MID),
+            (insight("b", state="archived"), D_NEAR),
+            (insight("c", namespace="elsewhere"), D_NEAR),
+        ]
     )
     assert [h for h, _ in index.search_insights(D_PROBE, "ns", 5)] == ["a"]
 
@@ -159,124 +160,145 @@ def test_search_with_real_embeddings_finds_the_closest_text(index: VectorIndex) 
         "q-city": "Which city hosts the summit in June?",
         "q-song": "Name the singer of this song",
     }
-    index.upsert_queries([(query(i), v) for i, v in zip(texts, emb.embed(list(texts.values())), strict=True)])
+    index.write_queries([(query(i), v) for i, v in zip(texts, emb.embed(list(texts.values())), strict=True)])
     hits = index.search_queries(emb.embed_one("verify that Mohra is a truck"), "ns", 3)
-    assert hits[0][0] == "q-truck"
-    assert all(score > 0 for _, score in hits)
+    assert hits[0].id == "q-truck"
+    assert all(h.score > 0 for h in hits)
 
 
 def test_search_insights_serves_only_active_insights_of_the_namespace(index: VectorIndex) -> None:
     index.write_insights(
         [
-            insight("live"),
-            insight("gone", state="archived"),
-            insight("foreign", namespace="x"),
-            insight("unrelated"),
-        ],
-        {"live": MID, "gone": NEAR, "foreign": NEAR, "unrelated": DISJOINT},
+            (insight("live"), MID),
+            (insight("gone", state="archived"), NEAR),
+            (insight("foreign", namespace="x"), NEAR),
+            (insight("unrelated"), DISJOINT),
+        ]
     )
     assert [h for h, _ in index.search_insights(PROBE, "ns", 5)] == ["live"]
 
 
-# -- the candidate filter (Eq. 7) -----------------------------------------------------------------
-def test_candidates_are_active_with_positive_evidence_in_the_expanded_set(index: VectorIndex) -> None:
+# -- the evidence of known queries (Eq. 3-4's neighbours) ------------------------------------------
+def test_query_evidence_reads_the_evidence_of_known_queries_of_the_namespace(index: VectorIndex) -> None:
+    index.write_queries(
+        [
+            (query("a", supports=("i1",), harms=("i2",)), NEAR),
+            (query("b"), MID),
+            (query("a", "elsewhere", supports=("x",)), NEAR),  # the same id in another namespace
+        ]
+    )
+    found = index.query_evidence("ns", ["a", "b", "missing"])
+    assert {q: (h.supports, h.harms) for q, h in found.items()} == {"a": (("i1",), ("i2",)), "b": ((), ())}
+    assert index.query_evidence("elsewhere", ["a"])["a"].supports == ("x",)
+    assert index.query_evidence("ns", []) == {}
+
+
+# -- the candidate filter (Eq. 7): active state and evidence ids ------------------------------------
+def test_serving_insights_are_the_active_ones_named_directly_or_through_what_they_inherit(
+    index: VectorIndex,
+) -> None:
     index.write_insights(
         [
-            insight("hit", positive=("q1", "q9"), negative=("q5",), version=2),
-            insight("hit2", positive=("q2",)),
-            insight("no-overlap", positive=("q7",)),
-            insight("negative-only", positive=("q7",), negative=("q1",)),
-            insight("archived", state="archived", positive=("q1",)),
-            insight("foreign", namespace="elsewhere", positive=("q1",)),
-            insight("no-evidence"),
-        ],
-        dict.fromkeys(
-            ["hit", "hit2", "no-overlap", "negative-only", "archived", "foreign", "no-evidence"], NEAR
-        ),
+            (insight("hit", version=2), NEAR),
+            (insight("old", state="archived"), NEAR),
+            (insight("revision", inherits=("old",)), NEAR),  # took over old's positive evidence
+            (insight("unnamed"), NEAR),
+            (insight("archived", state="archived"), NEAR),
+            (insight("foreign", namespace="elsewhere"), NEAR),
+        ]
     )
-    found = {c.id: c for c in index.candidate_insights("ns", {"q1", "q2", "q3"}, 100)}
-    assert set(found) == {"hit", "hit2"}
-    hit = found["hit"]
-    assert (set(hit.positive), set(hit.negative), hit.version, hit.text, hit.active) == (
-        {"q1", "q9"},
-        {"q5"},
-        2,
-        "hit v2",
-        True,
-    )
-    assert [c.id for c in index.candidate_insights("elsewhere", ["q1"], 100)] == ["foreign"]
-    assert len(index.candidate_insights("ns", ["q1", "q2"], 1)) == 1
+    found = served(index, "ns", ["hit", "old", "archived", "foreign", "missing"])
+    assert set(found) == {"hit", "revision"}
+    assert (found["hit"].text, found["hit"].version, found["revision"].inherits) == ("hit v2", 2, ("old",))
+    assert set(served(index, "elsewhere", ["foreign", "hit"])) == {"foreign"}
+    assert index.serving_insights("ns", []) == []
 
 
 def test_an_archived_insight_is_never_served_again(index: VectorIndex) -> None:
-    index.write_insights([insight("i", positive=("q1",))], {"i": NEAR})
-    assert [c.id for c in index.candidate_insights("ns", ["q1"], 10)] == ["i"]
-    index.write_insights([insight("i", state="archived", positive=("q1",), negative=("q2",), version=2)], {})
-    assert index.candidate_insights("ns", ["q1", "q2"], 10) == []
+    index.write_insights([(insight("i"), NEAR)])
+    assert set(served(index, "ns", ["i"])) == {"i"}
+    index.write_insights([(insight("i", state="archived", version=2), None)])
+    assert index.serving_insights("ns", ["i"]) == []
     assert index.search_insights(PROBE, "ns", 10) == []
-    assert index.insight_versions(["i"]) == {"i": 2}
+    assert index.versions("insight", "ns", ["i"]) == {"i": 2}
 
 
 # -- versions and payload updates -----------------------------------------------------------------
 def test_an_older_version_never_overwrites_a_newer_one(index: VectorIndex) -> None:
-    index.write_insights([insight("i", positive=("q1", "q2", "q3"), version=3)], {"i": NEAR})
-    index.write_insights([insight("i", state="archived", positive=("q1",), version=2)], {"i": NEAR})
-    index.write_insights([insight("i", state="archived", version=3)], {})  # same version: not newer either
-    assert index.insight_versions(["i"]) == {"i": 3}
-    [c] = index.candidate_insights("ns", ["q3"], 10)
-    assert (c.version, set(c.positive), c.text) == (3, {"q1", "q2", "q3"}, "i v3")
+    index.write_insights([(insight("i", version=3), NEAR)])
+    index.write_insights([(insight("i", state="archived", version=2), NEAR)])
+    index.write_insights([(insight("i", state="archived", version=3), None)])  # same version: not newer
+    assert index.versions("insight", "ns", ["i"]) == {"i": 3}
+    [c] = index.serving_insights("ns", ["i"])
+    assert (c.version, c.text) == (3, "i v3")
+    index.write_queries([(query("q", supports=("a", "b"), version=4), NEAR)])
+    index.write_queries([(query("q", supports=("a",), version=3), None)])
+    assert index.query_evidence("ns", ["q"])["q"].supports == ("a", "b")
+    assert index.versions("query", "ns", ["q"]) == {"q": 4}
 
 
 def test_the_newest_of_two_versions_in_one_batch_wins(index: VectorIndex) -> None:
-    index.write_insights([insight("i", positive=("q1",), version=3), insight("i", version=2)], {"i": NEAR})
-    assert index.insight_versions(["i"]) == {"i": 3}
+    index.write_insights([(insight("i", version=3), NEAR), (insight("i", version=2), NEAR)])
+    assert index.versions("insight", "ns", ["i"]) == {"i": 3}
 
 
-def test_a_payload_only_update_keeps_the_vector_and_updates_evidence(index: VectorIndex) -> None:
-    index.write_insights([insight("i", positive=("q1",))], {"i": MID})
-    index.write_insights([insight("i", positive=("q1", "q2"), negative=("q3",), version=2)], {})
-    [(hit, score)] = index.search_insights(PROBE, "ns", 5)
-    assert hit == "i" and score == pytest.approx(0.8, abs=1e-4)
-    [c] = index.candidate_insights("ns", ["q2"], 10)
-    assert (set(c.positive), set(c.negative), c.version) == ({"q1", "q2"}, {"q3"}, 2)
-    assert index.count("insight") == 1
+def test_a_payload_only_update_keeps_the_vector_and_updates_the_evidence(index: VectorIndex) -> None:
+    index.write_queries([(query("q", supports=("a",)), MID)])
+    index.write_queries([(query("q", supports=("a", "b"), harms=("c",), version=2), None)])
+    [hit] = index.search_queries(PROBE, "ns", 5)
+    assert (hit.id, hit.supports, hit.harms) == ("q", ("a", "b"), ("c",))
+    assert hit.score == pytest.approx(0.8, abs=1e-4)
+    index.write_insights([(insight("i"), MID)])
+    index.write_insights([(insight("i", inherits=("x",), version=2), None)])
+    [(found, score)] = index.search_insights(PROBE, "ns", 5)
+    assert found == "i" and score == pytest.approx(0.8, abs=1e-4)
+    assert set(served(index, "ns", ["x"])) == {"i"}
+    assert (index.count("insight"), index.count("query")) == (1, 1)
+
+
+def test_a_point_new_to_the_index_must_come_with_its_vector(index: VectorIndex) -> None:
+    with pytest.raises(ValueError, match="without a vector"):
+        index.write_insights([(insight("i"), None)])
+    with pytest.raises(ValueError, match="without a vector"):
+        index.write_queries([(query("q"), None)])
 
 
 def test_an_insight_without_features_is_stored_and_found_by_evidence(index: VectorIndex) -> None:
-    index.write_insights([insight("mute", positive=("q1",), text="!!!")], {"mute": {}})
-    assert [c.id for c in index.candidate_insights("ns", ["q1"], 10)] == ["mute"]
+    index.write_insights([(insight("mute", text="!!!"), {})])
+    assert set(served(index, "ns", ["mute"])) == {"mute"}
     assert index.search_insights(PROBE, "ns", 10) == []
 
 
 # -- edges of the input ---------------------------------------------------------------------------
 def test_empty_inputs_give_empty_answers(index: VectorIndex) -> None:
     assert index.search_queries(PROBE, "ns", 5) == []  # nothing stored yet
-    index.upsert_queries([])
-    index.write_insights([], {})
-    index.upsert_queries([(query("q1"), NEAR)])
-    index.write_insights([insight("i", positive=("q1",))], {"i": NEAR})
+    index.write_queries([])
+    index.write_insights([])
+    index.write_queries([(query("q1", supports=("i",)), NEAR)])
+    index.write_insights([(insight("i"), NEAR)])
     assert index.search_queries({}, "ns", 5) == []
     assert index.search_insights({}, "ns", 5) == []
-    assert index.candidate_insights("ns", [], 10) == []
-    assert index.insight_versions([]) == {}
+    assert index.serving_insights("ns", []) == []
+    assert index.versions("insight", "ns", []) == {}
 
 
 def test_ids_that_are_not_uuids_round_trip(index: VectorIndex) -> None:
-    ids = ["q:7.b-1", str(uuid.uuid4()), "plain"]
-    index.upsert_queries([(query(i), NEAR) for i in ids])
-    assert sorted(h for h, _ in index.search_queries(PROBE, "ns", 10)) == sorted(ids)
-    index.write_insights([insight("ins_x.1", positive=(ids[0],))], {"ins_x.1": NEAR})
-    assert index.insight_versions(["ins_x.1", "missing"]) == {"ins_x.1": 1}
-    assert [c.id for c in index.candidate_insights("ns", [ids[0]], 10)] == ["ins_x.1"]
+    names = ["q:7.b-1", str(uuid.uuid4()), "plain", "q:7.b-1:nbr"]
+    index.write_queries([(query(i, supports=("ins_x.1",)), NEAR) for i in names])
+    assert sorted(ids(index.search_queries(PROBE, "ns", 10))) == sorted(names)
+    assert set(index.query_evidence("ns", names)) == set(names)
+    index.write_insights([(insight("ins_x.1"), NEAR)])
+    assert index.versions("insight", "ns", ["ins_x.1", "missing"]) == {"ins_x.1": 1}
+    assert set(served(index, "ns", ["ins_x.1"])) == {"ins_x.1"}
     assert index.search_insights(PROBE, "ns", 1)[0][0] == "ins_x.1"
 
 
 def test_count_counts_points_and_an_upsert_is_idempotent(index: VectorIndex) -> None:
     assert (index.count("query"), index.count("insight")) == (0, 0)
-    index.upsert_queries([(query("a"), NEAR), (query("b"), MID)])
-    index.upsert_queries([(query("a"), NEAR)])
-    index.write_insights([insight("i"), insight("j")], {"i": NEAR, "j": FAR})
-    assert (index.count("query"), index.count("insight")) == (2, 2)
+    index.write_queries([(query("a"), NEAR), (query("b"), MID), (query("a", "other"), NEAR)])
+    index.write_queries([(query("a"), NEAR)])
+    index.write_insights([(insight("i"), NEAR), (insight("j"), FAR)])
+    assert (index.count("query"), index.count("insight")) == (3, 2)
 
 
 def test_a_new_index_is_fresh(index: VectorIndex) -> None:
@@ -287,19 +309,27 @@ def test_a_new_index_is_fresh(index: VectorIndex) -> None:
 # -- backend-specific promises --------------------------------------------------------------------
 def test_reopening_an_edge_store_keeps_its_data(tmp_path: Path) -> None:
     first = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
-    first.upsert_queries([(query("q1"), NEAR)])
-    first.write_insights([insight("i", positive=("q1",), version=2)], {"i": NEAR})
+    first.write_queries([(query("q1", supports=("i",)), NEAR)])
+    first.write_insights([(insight("i", version=2), NEAR)])
     first.close()
     again = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
     try:
         assert again.fresh is False
         assert again.identity == first.identity
-        [(hit, score)] = again.search_queries(PROBE, "ns", 5)
-        assert hit == "q1" and score == pytest.approx(1.0, abs=1e-4)
-        assert again.insight_versions(["i"]) == {"i": 2}
-        assert [c.id for c in again.candidate_insights("ns", ["q1"], 5)] == ["i"]
+        [hit] = again.search_queries(PROBE, "ns", 5)
+        assert (hit.id, hit.supports) == ("q1", ("i",)) and hit.score == pytest.approx(1.0, abs=1e-4)
+        assert again.versions("insight", "ns", ["i"]) == {"i": 2}
+        assert set(served(again, "ns", ["i"])) == {"i"}
     finally:
         again.close()
+
+
+def test_an_edge_store_of_another_layout_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    first = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
+    first.close()
+    (tmp_path / "qdrant" / "LAYOUT").unlink()  # as a store written before the layout was recorded
+    with pytest.raises(ConfigError, match="delete that directory"):
+        EdgeIndex(tmp_path / "qdrant", "sparse", 0)
 
 
 def test_an_open_edge_store_refuses_a_second_opener(tmp_path: Path) -> None:
@@ -335,19 +365,27 @@ def test_an_unreachable_qdrant_is_a_transient_error_without_the_key(tmp_path: Pa
     assert caught.value.__cause__ is None
 
 
-@pytest.mark.parametrize("stale_view", [{}, {"i": 1}], ids=["unseen", "older"])
+@pytest.mark.parametrize("stale_view", [[], [3]], ids=["unseen", "older"])
 def test_a_server_write_is_guarded_even_when_the_read_was_stale(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stale_view: dict[str, int]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stale_view: list[int]
 ) -> None:
     """Several retrieval workers may project into one server: the version check is the server's too."""
     index = ClientIndex.connect(Settings(data_dir=tmp_path, qdrant_url=":memory:"), "sparse", 0)
     try:
-        index.write_insights([insight("i", positive=("q1",), version=3)], {"i": NEAR})
-        monkeypatch.setattr(index, "insight_versions", lambda ids: dict(stale_view))
-        index.write_insights([insight("i", state="archived", version=2)], {"i": DISJOINT})
+        index.write_insights([(insight("i", version=3), NEAR)])
+        real = index.client.retrieve
+
+        def stale(collection: str, pids: Any, **kw: Any) -> Any:
+            records = real(collection, pids, **kw)
+            for r in records:  # what a projector that read before the other wrote would see
+                r.payload = {**(r.payload or {}), "version": stale_view[0] - 2} if stale_view else r.payload
+            return records if stale_view else []
+
+        monkeypatch.setattr(index.client, "retrieve", stale)
+        index.write_insights([(insight("i", state="archived", version=2), DISJOINT)])
         monkeypatch.undo()
-        [c] = index.candidate_insights("ns", ["q1"], 10)
-        assert (c.version, c.active) == (3, True)
+        [c] = index.serving_insights("ns", ["i"])
+        assert c.version == 3
         assert [h for h, _ in index.search_insights(PROBE, "ns", 5)] == ["i"]
     finally:
         index.close()
@@ -357,7 +395,7 @@ def test_reconnecting_to_a_server_keeps_it_and_refuses_other_vectors() -> None:
     """The same collections opened again are not fresh; an embedder of another kind is refused."""
     client = QdrantClient(location=":memory:")
     first = ClientIndex(client, "sparse", 0, identity="qdrant:test", where="test", local=True)
-    first.upsert_queries([(query("q1"), NEAR)])
+    first.write_queries([(query("q1"), NEAR)])
     again = ClientIndex(client, "sparse", 0, identity="qdrant:test", where="test", local=True)
     assert (first.fresh, again.fresh, again.count("query")) == (True, False, 1)
     with pytest.raises(ConfigError, match="other vectors"):

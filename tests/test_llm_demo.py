@@ -12,13 +12,15 @@ from evomem import bench_llm, demo
 
 
 def test_the_demo_fleet_runs_through_the_llm_controller_offline(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With ``--llm`` the maintained memory is judged by the LLM controller on a local server; its
-    judge follows the same outcome rules as the rule controller, so the run edits the memory alike."""
+    judge follows the outcome rules of the rule controller crediting every served insight
+    (``RULES_CREDIT=all``), so the two runs edit the memory alike."""
     common = ["--tasks", "60", "--batch", "15", "--phases", "2", "--json"]
     assert demo.main([*common, "--llm", "--llm-latency-ms", "0", "--data-dir", str(tmp_path / "llm")]) == 0
     with_llm = json.loads(capsys.readouterr().out)
+    monkeypatch.setenv("EVOMEM_RULES_CREDIT", "all")
     assert demo.main([*common, "--data-dir", str(tmp_path / "rules")]) == 0
     with_rules = json.loads(capsys.readouterr().out)
 

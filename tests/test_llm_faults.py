@@ -107,7 +107,7 @@ def test_a_persistent_transient_fault_is_retried_per_policy_then_dead_lettered_a
     assert said in letter["reason"]
     after = snapshot(redis_client, ids)
     assert {i: after[i] for i in ids[:2]} == {i: before[i] for i in ids[:2]}  # no partial edit
-    assert RedisGraphStore(redis_client).load_decision(str(poison.event_id)) is None
+    assert RedisGraphStore(redis_client).load_decisions([(NS, str(poison.event_id))]) == {}
 
 
 @pytest.mark.parametrize("kind", ["truncated", "wrong_shape", "unknown_ids", "bad_request"])

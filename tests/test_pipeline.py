@@ -23,7 +23,7 @@ from pipeline_helpers import (
     xadd_events,
 )
 
-from evomem import Memory, Settings
+from evomem import Memory, Settings, keys
 from evomem.editing import query_id_for
 from evomem.redis_server import EmbeddedRedis, connect
 from evomem.stores.redis_graph import RedisGraphStore
@@ -119,7 +119,8 @@ def test_a_poison_event_reaches_the_dead_letters_after_n_deliveries_and_the_rest
     poison = event(
         NS, "the poisoned task", "resolved", query_id="poisoned-query", proposed_insight="Never applied."
     )
-    redis_client.set("em:q:poisoned-query", "not a hash")  # WRONGTYPE inside the apply script
+    poisoned_key = keys.query(NS, "poisoned-query")
+    redis_client.set(poisoned_key, "not a hash")  # WRONGTYPE inside the apply script
     before = [event(NS, f"before {i}", "resolved", proposed_insight=f"Before {i}.") for i in range(30)]
     after = [event(NS, f"after {i}", "resolved", proposed_insight=f"After {i}.") for i in range(30)]
     xadd_events(redis_client, [*before, poison, *after])
@@ -131,8 +132,8 @@ def test_a_poison_event_reaches_the_dead_letters_after_n_deliveries_and_the_rest
     assert "WRONGTYPE" in letter["reason"] and "after 5 deliveries" in letter["reason"]
     graph = RedisGraphStore(redis_client)
     assert len(graph.insight_ids(NS)) == 60
-    assert not graph.is_applied(str(poison.event_id))
-    assert redis_client.type("em:q:poisoned-query") == b"string", "nothing of the poison event was written"
+    assert not graph.is_applied(NS, str(poison.event_id))
+    assert redis_client.type(poisoned_key) == b"string", "nothing of the poison event was written"
 
 
 def test_events_pending_across_a_redis_restart_are_all_consolidated(tmp_path: Path) -> None:

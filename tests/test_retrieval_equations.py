@@ -292,7 +292,7 @@ def test_expansion_depth_decides_which_insights_become_candidates() -> None:
     cands = b.candidates()
 
     def served(hops: int) -> list[str]:
-        expansion = expand_neighbours(["q3"], b.store.neighbours, hops)
+        expansion = expand_neighbours(["q3"], lambda ids: b.store.neighbours(NS, ids), hops)
         return [i.id for i in rank_insights(cands, expansion.expanded, 1.0, 5)]
 
     assert served(0) == []

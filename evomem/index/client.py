@@ -23,31 +23,33 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from evomem import keys
 from evomem.errors import ConfigError, EvomemError, TransientError
 from evomem.index.common import (
+    INSIGHT_INDEXES,
+    QUERY_INDEXES,
     VECTOR_NAME,
-    candidate_from_payload,
+    hit_from_payload,
     insight_payload,
+    latest,
     node_id_of,
     point_id,
     query_payload,
+    query_point_id,
+    serving_from_payload,
 )
-from evomem.ports import Vector
-from evomem.retrieval import Candidate
+from evomem.ports import InsightPoint, QueryHit, QueryPoint, Vector
+from evomem.retrieval import ServingInsight
 from evomem.settings import Settings
-from schemas import InsightNode, QueryNode
 
 WRITE_BATCH = 256
 """Points per request: keeps a projector batch of sparse vectors well under the server's body limit."""
 
 _LOCAL_INDEX_WARNING = "Payload indexes have no effect in the local Qdrant"
-_TENANT = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
-_KEYWORD = models.PayloadSchemaType.KEYWORD
-_QUERY_INDEXES: dict[str, Any] = {"namespace": _TENANT}
-_INSIGHT_INDEXES: dict[str, Any] = {
-    "namespace": _TENANT,
-    "state": _KEYWORD,
-    "positive": _KEYWORD,
-    "version": models.PayloadSchemaType.INTEGER,
+_SCHEMAS: dict[str, Any] = {
+    "tenant": models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
+    "keyword": models.PayloadSchemaType.KEYWORD,
+    "integer": models.PayloadSchemaType.INTEGER,
 }
+_QUERY_INDEXES: dict[str, Any] = {field: _SCHEMAS[kind] for field, kind in QUERY_INDEXES}
+_INSIGHT_INDEXES: dict[str, Any] = {field: _SCHEMAS[kind] for field, kind in INSIGHT_INDEXES}
 
 
 def _where(url: str) -> str:
@@ -210,50 +212,43 @@ class ClientIndex:
             raise TypeError("this index holds dense vectors: pass a list of floats")
         return [float(x) for x in vec]
 
-    def _point(self, node_id: str, vec: Vector, payload: dict[str, Any]) -> models.PointStruct:
-        return models.PointStruct(
-            id=point_id(node_id), vector={VECTOR_NAME: self._vector(vec)}, payload=payload
-        )
+    def _point(self, pid: str, vec: Vector, payload: dict[str, Any]) -> models.PointStruct:
+        return models.PointStruct(id=pid, vector={VECTOR_NAME: self._vector(vec)}, payload=payload)
 
-    def _apply(self, ops: Sequence[models.UpsertOperation | models.SetPayloadOperation]) -> None:
-        for start in range(0, len(ops), WRITE_BATCH):
-            with self._boundary("writing insights"):
-                self.client.batch_update_points(
-                    keys.INSIGHT_COLLECTION, ops[start : start + WRITE_BATCH], wait=True
-                )
+    def write_queries(self, points: Sequence[tuple[QueryPoint, Vector | None]]) -> None:
+        by_point = {query_point_id(p.namespace, p.id): (p, v) for p, v in latest(points)}
+        self._write(keys.QUERY_COLLECTION, by_point, query_payload)
 
-    def upsert_queries(self, points: Sequence[tuple[QueryNode, Vector]]) -> None:
-        for start in range(0, len(points), WRITE_BATCH):
-            batch = [self._point(q.id, v, query_payload(q)) for q, v in points[start : start + WRITE_BATCH]]
-            with self._boundary("writing queries"):
-                self.client.upsert(keys.QUERY_COLLECTION, batch, wait=True)
+    def write_insights(self, points: Sequence[tuple[InsightPoint, Vector | None]]) -> None:
+        by_point = {point_id(p.id): (p, v) for p, v in latest(points)}
+        self._write(keys.INSIGHT_COLLECTION, by_point, insight_payload)
 
-    def write_insights(self, nodes: Sequence[InsightNode], vectors: Mapping[str, Vector]) -> None:
-        """Upsert unseen insights with their vectors and set the payload of stored ones.
+    def _write(self, collection: str, by_point: dict[str, tuple[Any, Vector | None]], payload: Any) -> None:
+        """Upsert unseen points with their vectors and set the payload of stored ones.
 
         The stored versions read first decide which is which; each write is also guarded on the
         server (``version < new``), so a projector racing this one never gets overwritten by an older
         version either.
         """
-        latest: dict[str, InsightNode] = {}
-        for n in nodes:
-            if n.id not in latest or latest[n.id].version < n.version:
-                latest[n.id] = n
-        stored = self.insight_versions(list(latest))
+        if not by_point:
+            return
+        with self._boundary("reading versions"):
+            records = self.client.retrieve(
+                collection, list(by_point), with_payload=["version"], with_vectors=False
+            )
+        stored = {str(r.id): int((r.payload or {})["version"]) for r in records}
         ops: list[models.UpsertOperation | models.SetPayloadOperation] = []
         unseen: dict[int, list[models.PointStruct]] = {}
-        for n in latest.values():
-            if n.id not in stored:
-                if n.id not in vectors:
-                    raise ValueError(f"insight {n.id!r} is not in the index yet and came without a vector")
-                unseen.setdefault(n.version, []).append(self._point(n.id, vectors[n.id], insight_payload(n)))
-            elif stored[n.id] < n.version:
-                guard = models.Filter(
-                    must=[models.HasIdCondition(has_id=[point_id(n.id)]), _older_than(n.version)]
-                )
+        for pid, (p, vec) in by_point.items():
+            if pid not in stored:
+                if vec is None:
+                    raise ValueError(f"{p.id!r} is not in the index yet and came without a vector")
+                unseen.setdefault(p.version, []).append(self._point(pid, vec, payload(p)))
+            elif stored[pid] < p.version:
+                guard = models.Filter(must=[models.HasIdCondition(has_id=[pid]), _older_than(p.version)])
                 ops.append(
                     models.SetPayloadOperation(
-                        set_payload=models.SetPayload(payload=insight_payload(n), filter=guard)
+                        set_payload=models.SetPayload(payload=payload(p), filter=guard)
                     )
                 )
         for version, pts in unseen.items():
@@ -266,12 +261,14 @@ class ClientIndex:
                 )
                 for i in range(0, len(pts), WRITE_BATCH)
             )
-        self._apply(ops)
+        for start in range(0, len(ops), WRITE_BATCH):
+            with self._boundary("writing points"):
+                self.client.batch_update_points(collection, ops[start : start + WRITE_BATCH], wait=True)
 
     # -- reads -----------------------------------------------------------------------------------
     def _nearest(
-        self, collection: str, vector: Vector, must: list[models.FieldCondition], k: int
-    ) -> list[tuple[str, float]]:
+        self, collection: str, vector: Vector, must: list[models.FieldCondition], k: int, fields: list[str]
+    ) -> list[models.ScoredPoint]:
         if not vector or k <= 0:
             return []
         with self._boundary("searching"):
@@ -281,53 +278,84 @@ class ClientIndex:
                 using=VECTOR_NAME,
                 query_filter=models.Filter(must=list(must)),
                 limit=k,
-                with_payload=["id"],
+                with_payload=fields,
                 with_vectors=False,
             ).points
-        return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
+        return [h for h in hits if h.score > 0]
 
     @staticmethod
     def _match(field: str, value: str) -> models.FieldCondition:
         return models.FieldCondition(key=field, match=models.MatchValue(value=value))
 
-    def search_queries(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
-        return self._nearest(keys.QUERY_COLLECTION, vector, [self._match("namespace", namespace)], k)
+    def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
+        hits = self._nearest(
+            keys.QUERY_COLLECTION,
+            vector,
+            [self._match("namespace", namespace)],
+            k,
+            ["id", "supports", "harms"],
+        )
+        return [hit_from_payload(h.payload or {}, float(h.score)) for h in hits]
+
+    def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
+        if not ids:
+            return {}
+        with self._boundary("reading queries"):
+            records = self.client.retrieve(
+                keys.QUERY_COLLECTION,
+                [query_point_id(namespace, q) for q in ids],
+                with_payload=["id", "namespace", "supports", "harms"],
+                with_vectors=False,
+            )
+        payloads = [r.payload or {} for r in records]
+        return {p["id"]: hit_from_payload(p) for p in payloads if p.get("namespace") == namespace}
+
+    def serving_insights(self, namespace: str, ids: Collection[str]) -> list[ServingInsight]:
+        if not ids:
+            return []
+        wanted = sorted(ids)
+        flt = models.Filter(
+            must=[self._match("namespace", namespace), self._match("state", "active")],
+            should=[
+                models.HasIdCondition(has_id=[point_id(i) for i in wanted]),
+                models.FieldCondition(key="inherits", match=models.MatchAny(any=wanted)),
+            ],
+        )
+        with self._boundary("reading insights"):
+            records, _ = self.client.scroll(
+                keys.INSIGHT_COLLECTION,
+                scroll_filter=flt,
+                limit=2 * len(wanted) + 16,
+                with_payload=["id", "text", "version", "inherits"],
+                with_vectors=False,
+            )
+        return [serving_from_payload(r.payload or {}) for r in records]
 
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
-        return self._nearest(
+        hits = self._nearest(
             keys.INSIGHT_COLLECTION,
             vector,
             [self._match("namespace", namespace), self._match("state", "active")],
             k,
+            ["id"],
         )
+        return [(node_id_of(h), float(h.score)) for h in hits]
 
-    def candidate_insights(self, namespace: str, expanded: Collection[str], limit: int) -> list[Candidate]:
-        if not expanded or limit <= 0:
-            return []
-        flt = models.Filter(
-            must=[
-                self._match("namespace", namespace),
-                self._match("state", "active"),
-                models.FieldCondition(key="positive", match=models.MatchAny(any=sorted(expanded))),
-            ]
-        )
-        with self._boundary("reading candidates"):
-            records, _ = self.client.scroll(
-                keys.INSIGHT_COLLECTION, scroll_filter=flt, limit=limit, with_payload=True, with_vectors=False
-            )
-        return [candidate_from_payload(r.payload or {}) for r in records]
-
-    def insight_versions(self, ids: Collection[str]) -> dict[str, int]:
+    def versions(
+        self, kind: Literal["insight", "query"], namespace: str, ids: Collection[str]
+    ) -> dict[str, int]:
         if not ids:
             return {}
+        if kind == "query":
+            collection, pids = keys.QUERY_COLLECTION, [query_point_id(namespace, q) for q in ids]
+        else:
+            collection, pids = keys.INSIGHT_COLLECTION, [point_id(i) for i in ids]
         with self._boundary("reading versions"):
             records = self.client.retrieve(
-                keys.INSIGHT_COLLECTION,
-                [point_id(i) for i in ids],
-                with_payload=["id", "version"],
-                with_vectors=False,
+                collection, pids, with_payload=["id", "namespace", "version"], with_vectors=False
             )
-        return {node_id_of(r): int((r.payload or {})["version"]) for r in records}
+        payloads = [r.payload or {} for r in records]
+        return {p["id"]: int(p["version"]) for p in payloads if p.get("namespace") == namespace}
 
     def count(self, kind: Literal["insight", "query"]) -> int:
         name = keys.INSIGHT_COLLECTION if kind == "insight" else keys.QUERY_COLLECTION

@@ -1,37 +1,42 @@
 """The retrieval index on Qdrant Edge (``qdrant-edge-py``): Qdrant's own engine, in process.
 
-Two shards under ``DATA_DIR/qdrant``: past queries and insights. Only one process may open a shard,
-so the process that opens it is the one projector for it. ``state`` is a keyword, not a bool:
-qdrant-edge 0.9.0 never matches a bool payload with ``MatchValue(True)``.
+Two shards under ``DATA_DIR/qdrant``: past queries (with the evidence each carries) and insights
+(with their state). Only one process may open a shard, so the process that opens it is the one
+projector for it. ``state`` is a keyword, not a bool: qdrant-edge 0.9.0 never matches a bool payload
+with ``MatchValue(True)``.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import qdrant_edge as qe
 
-from evomem.errors import StoreLockedError
+from evomem.errors import ConfigError, StoreLockedError
 from evomem.index.common import (
+    INSIGHT_INDEXES,
+    QUERY_INDEXES,
     VECTOR_NAME,
-    candidate_from_payload,
+    hit_from_payload,
     insight_payload,
+    latest,
     node_id_of,
     point_id,
     query_payload,
+    query_point_id,
+    serving_from_payload,
 )
-from evomem.ports import Vector
-from evomem.retrieval import Candidate
-from schemas import InsightNode, QueryNode
+from evomem.ports import InsightPoint, QueryHit, QueryPoint, Vector
+from evomem.retrieval import ServingInsight
 
-SCROLL_PAGE = 1024
 #: Below this many points a sparse search scores points one by one instead of walking the inverted
 #: index; Qdrant's default (5000) made the top-k of a namespace of a few thousand queries take
 #: milliseconds (bench/README.md). Applies to shards created from now on.
 SPARSE_FULL_SCAN_THRESHOLD = 500
+LAYOUT = "2"  # the payload layout of the shards (evomem/index/common.py)
+_LAYOUT_FILE = "LAYOUT"
 
 
 class EdgeIndex:
@@ -42,22 +47,26 @@ class EdgeIndex:
         self.identity = f"edge:{self.dir}"
         self.kind = kind
         self.fresh = False
-        # Candidates as last read, by point id. Exact: only this process can open the shard and every
-        # write goes through write_insights, which drops what it writes; a fill that a write overtook
-        # (the generation moved) is not kept.
-        self._candidates: dict[str, Candidate] = {}
-        self._generation = 0
-        self._cache_lock = threading.Lock()
-        self.queries = self._open("queries", kind, dim, [("namespace", True)])
+        self._check_layout()
+        self.queries = self._open("queries", kind, dim, QUERY_INDEXES)
         try:
-            self.insights = self._open(
-                "insights", kind, dim, [("namespace", True), ("state", False), ("positive", False)]
-            )
+            self.insights = self._open("insights", kind, dim, INSIGHT_INDEXES)
         except BaseException:
             self.queries.close()
             raise
+        (self.dir / _LAYOUT_FILE).write_text(LAYOUT + "\n")
 
-    def _open(self, name: str, kind: str, dim: int, keywords: list[tuple[str, bool]]) -> Any:
+    def _check_layout(self) -> None:
+        marker = self.dir / _LAYOUT_FILE
+        has_data = any((self.dir / name / "segments").exists() for name in ("queries", "insights"))
+        found = marker.read_text().strip() if marker.exists() else None
+        if has_data and found != LAYOUT:
+            raise ConfigError(
+                f"the embedded Qdrant store at {self.dir} was written by another evomem version; it is "
+                "only a read model of Redis: delete that directory and it is rebuilt from Redis"
+            )
+
+    def _open(self, name: str, kind: str, dim: int, indexes: Sequence[tuple[str, str]]) -> Any:
         path = self.dir / name
         if kind == "sparse":
             sparse = qe.EdgeSparseVectorParams(full_scan_threshold=SPARSE_FULL_SCAN_THRESHOLD)
@@ -79,10 +88,13 @@ class EdgeIndex:
             raise
         self.fresh = True
         # payload indexes before the first write, so every segment is built with them
-        for field, tenant in keywords:
-            schema = qe.KeywordIndexParams(is_tenant=True) if tenant else qe.PayloadSchemaType.Keyword
-            shard.update(qe.UpdateOperation.create_field_index(field, schema))
-        shard.update(qe.UpdateOperation.create_field_index("version", qe.PayloadSchemaType.Integer))
+        schemas: dict[str, Any] = {
+            "tenant": qe.KeywordIndexParams(is_tenant=True),
+            "keyword": qe.PayloadSchemaType.Keyword,
+            "integer": qe.PayloadSchemaType.Integer,
+        }
+        for field, kind_of_index in indexes:
+            shard.update(qe.UpdateOperation.create_field_index(field, schemas[kind_of_index]))
         return shard
 
     def _vector(self, vec: Vector) -> Any:
@@ -93,112 +105,112 @@ class EdgeIndex:
         return {VECTOR_NAME: list(vec)}
 
     # -- writes (the projector's) --------------------------------------------------------------
-    def upsert_queries(self, points: Sequence[tuple[QueryNode, Vector]]) -> None:
-        if points:
-            self.queries.update(
-                qe.UpdateOperation.upsert_points(
-                    [qe.Point(point_id(q.id), self._vector(v), query_payload(q)) for q, v in points]
-                )
-            )
+    def write_queries(self, points: Sequence[tuple[QueryPoint, Vector | None]]) -> None:
+        pairs = latest(points)
+        ids = {query_point_id(p.namespace, p.id): (p, v) for p, v in pairs}
+        self._write(self.queries, ids, query_payload)
 
-    def write_insights(self, nodes: Sequence[InsightNode], vectors: Mapping[str, Vector]) -> None:
-        if not nodes:
+    def write_insights(self, points: Sequence[tuple[InsightPoint, Vector | None]]) -> None:
+        pairs = latest(points)
+        ids = {point_id(p.id): (p, v) for p, v in pairs}
+        self._write(self.insights, ids, insight_payload)
+
+    def _write(self, shard: Any, by_point: dict[str, tuple[Any, Vector | None]], payload: Any) -> None:
+        """Upsert the points the shard does not hold, set the payload of those it holds at an older
+        version, and leave alone those it holds at this version or a newer one."""
+        if not by_point:
             return
-        latest: dict[str, InsightNode] = {}
-        for n in nodes:
-            if n.id not in latest or latest[n.id].version < n.version:
-                latest[n.id] = n
-        nodes = list(latest.values())
-        self._forget([point_id(n.id) for n in nodes])
-        stored = self.insight_versions([n.id for n in nodes])
-        fresh = [n for n in nodes if n.id not in stored or stored[n.id] < n.version]
-        new_points = [
-            qe.Point(point_id(n.id), self._vector(vectors[n.id]), insight_payload(n))
-            for n in fresh
-            if n.id not in stored
-        ]
-        if new_points:
-            self.insights.update(qe.UpdateOperation.upsert_points(new_points))
-        for n in fresh:
-            if n.id in stored:
-                self.insights.update(qe.UpdateOperation.set_payload([point_id(n.id)], insight_payload(n)))
-        self._forget([point_id(n.id) for n in nodes])  # again: a reader may have filled in between
-
-    def _forget(self, point_ids: list[str]) -> None:
-        with self._cache_lock:
-            self._generation += 1
-            for pid in point_ids:
-                self._candidates.pop(pid, None)
+        held = {
+            str(r.id): int(r.payload["version"]) for r in shard.retrieve(list(by_point), ["version"], False)
+        }
+        new = []
+        for pid, (p, vec) in by_point.items():
+            if pid in held:
+                if held[pid] < p.version:
+                    shard.update(qe.UpdateOperation.set_payload([pid], payload(p)))
+            elif vec is None:
+                raise ValueError(f"{p.id!r} is not in the index yet and came without a vector")
+            else:
+                new.append(qe.Point(pid, self._vector(vec), payload(p)))
+        if new:
+            shard.update(qe.UpdateOperation.upsert_points(new))
 
     # -- reads ---------------------------------------------------------------------------------
-    def search_queries(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
-        if not vector:
+    def _nearest(self, shard: Any, vector: Vector, conditions: list[Any], k: int, fields: Any) -> Any:
+        if not vector or k <= 0:
             return []
-        hits = self.queries.query(
+        return shard.query(
             qe.QueryRequest(
                 limit=k,
                 query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
-                filter=qe.Filter(must=[qe.FieldCondition("namespace", match=qe.MatchValue(namespace))]),
-                with_payload=["id"],
+                filter=qe.Filter(must=conditions),
+                with_payload=fields,
                 with_vector=False,
             )
         )
-        return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
 
-    def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
-        if not vector:
-            return []
-        hits = self.insights.query(
-            qe.QueryRequest(
-                limit=k,
-                query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
-                filter=qe.Filter(
-                    must=[
-                        qe.FieldCondition("namespace", match=qe.MatchValue(namespace)),
-                        qe.FieldCondition("state", match=qe.MatchValue("active")),
-                    ]
-                ),
-                with_payload=["id"],
-                with_vector=False,
-            )
-        )
-        return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
+    @staticmethod
+    def _match(field: str, value: str) -> Any:
+        return qe.FieldCondition(field, match=qe.MatchValue(value))
 
-    def candidate_insights(self, namespace: str, expanded: Collection[str], limit: int) -> list[Candidate]:
-        if not expanded:
-            return []
-        flt = qe.Filter(
-            must=[
-                qe.FieldCondition("namespace", match=qe.MatchValue(namespace)),
-                qe.FieldCondition("state", match=qe.MatchValue("active")),
-                qe.FieldCondition("positive", match=qe.MatchAny(list(expanded))),
-            ]
+    def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
+        hits = self._nearest(
+            self.queries, vector, [self._match("namespace", namespace)], k, ["id", "supports", "harms"]
         )
-        # which points match is always read fresh; only their payloads come from the cache
-        records, _ = self.insights.scroll(
-            qe.ScrollRequest(limit=limit, filter=flt, with_payload=False, with_vector=False)
-        )
-        ids = [str(r.id) for r in records]
-        with self._cache_lock:
-            generation = self._generation
-            found = {i: self._candidates[i] for i in ids if i in self._candidates}
-        missing = [i for i in ids if i not in found]
-        if missing:
-            fetched = {
-                str(r.id): candidate_from_payload(r.payload)
-                for r in self.insights.retrieve(missing, True, False)
-            }
-            found.update(fetched)
-            with self._cache_lock:
-                if self._generation == generation:
-                    self._candidates.update(fetched)
-        return [found[i] for i in ids if i in found]
+        return [hit_from_payload(h.payload, float(h.score)) for h in hits if h.score > 0]
 
-    def insight_versions(self, ids: Collection[str]) -> dict[str, int]:
+    def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
         if not ids:
             return {}
-        records = self.insights.retrieve([point_id(i) for i in ids], ["id", "version"], False)
-        return {r.payload["id"]: int(r.payload["version"]) for r in records}
+        records = self.queries.retrieve(
+            [query_point_id(namespace, q) for q in ids], ["id", "namespace", "supports", "harms"], False
+        )
+        return {
+            r.payload["id"]: hit_from_payload(r.payload)
+            for r in records
+            if r.payload["namespace"] == namespace
+        }
+
+    def serving_insights(self, namespace: str, ids: Collection[str]) -> list[ServingInsight]:
+        if not ids:
+            return []
+        wanted = list(ids)
+        flt = qe.Filter(
+            must=[self._match("namespace", namespace), self._match("state", "active")],
+            should=[
+                qe.HasIdCondition({point_id(i) for i in wanted}),
+                qe.FieldCondition("inherits", match=qe.MatchAny(wanted)),
+            ],
+        )
+        # each id is served by at most one active insight: itself, or the one that took it over
+        records, _ = self.insights.scroll(
+            qe.ScrollRequest(
+                limit=2 * len(wanted) + 16, filter=flt, with_payload=["id", "text", "version", "inherits"]
+            )
+        )
+        return [serving_from_payload(r.payload) for r in records]
+
+    def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
+        conditions = [self._match("namespace", namespace), self._match("state", "active")]
+        hits = self._nearest(self.insights, vector, conditions, k, ["id"])
+        return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
+
+    def versions(
+        self, kind: Literal["insight", "query"], namespace: str, ids: Collection[str]
+    ) -> dict[str, int]:
+        if not ids:
+            return {}
+        if kind == "query":
+            records = self.queries.retrieve(
+                [query_point_id(namespace, q) for q in ids], ["id", "namespace", "version"], False
+            )
+        else:
+            records = self.insights.retrieve(
+                [point_id(i) for i in ids], ["id", "namespace", "version"], False
+            )
+        return {
+            r.payload["id"]: int(r.payload["version"]) for r in records if r.payload["namespace"] == namespace
+        }
 
     def count(self, kind: Literal["insight", "query"]) -> int:
         shard = self.insights if kind == "insight" else self.queries

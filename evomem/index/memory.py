@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from typing import Literal
+from typing import Literal, TypeVar
 
-from evomem.index.common import candidate_from_payload, insight_payload, point_id
-from evomem.ports import Vector
-from evomem.retrieval import Candidate
-from schemas import InsightNode, QueryNode
+from evomem.index.common import latest
+from evomem.ports import InsightPoint, QueryHit, QueryPoint, Vector
+from evomem.retrieval import ServingInsight
 
 _Stored = dict[int, float] | tuple[float, ...]
+_P = TypeVar("_P", QueryPoint, InsightPoint)
 
 
 class InMemoryIndex:
@@ -30,8 +30,8 @@ class InMemoryIndex:
         self.identity = f"memory:{id(self)}"
         self.fresh = True
         self._lock = threading.Lock()
-        self._queries: dict[str, tuple[QueryNode, _Stored]] = {}
-        self._insights: dict[str, tuple[InsightNode, _Stored]] = {}
+        self._queries: dict[tuple[str, str], tuple[QueryPoint, _Stored]] = {}
+        self._insights: dict[tuple[str, str], tuple[InsightPoint, _Stored]] = {}
 
     def _prepare(self, vec: Vector) -> _Stored:
         """Validate a vector as Qdrant would and bring it to the form scoring uses."""
@@ -55,41 +55,64 @@ class InMemoryIndex:
         return sum(x * y for x, y in zip(a, b, strict=True))
 
     # -- writes ----------------------------------------------------------------------------------
-    def upsert_queries(self, points: Sequence[tuple[QueryNode, Vector]]) -> None:
-        prepared = [(q, self._prepare(v)) for q, v in points]
-        with self._lock:
-            for q, v in prepared:
-                self._queries[q.id] = (q, v)
+    def write_queries(self, points: Sequence[tuple[QueryPoint, Vector | None]]) -> None:
+        self._write(self._queries, points)
 
-    def write_insights(self, nodes: Sequence[InsightNode], vectors: Mapping[str, Vector]) -> None:
-        with self._lock:  # plan the whole batch first, so a bad node leaves nothing half-written
-            plan: dict[str, tuple[InsightNode, _Stored]] = {}
-            for n in nodes:
-                held = plan.get(n.id) or self._insights.get(n.id)
+    def write_insights(self, points: Sequence[tuple[InsightPoint, Vector | None]]) -> None:
+        self._write(self._insights, points)
+
+    def _write(
+        self, store: dict[tuple[str, str], tuple[_P, _Stored]], points: Sequence[tuple[_P, Vector | None]]
+    ) -> None:
+        with self._lock:  # plan the whole batch first, so a bad point leaves nothing half-written
+            plan: dict[tuple[str, str], tuple[_P, _Stored]] = {}
+            for p, vec in latest(points):
+                key = (p.namespace, p.id)
+                held = store.get(key)
                 if held is None:
-                    if n.id not in vectors:
-                        raise ValueError(
-                            f"insight {n.id!r} is not in the index yet and came without a vector"
-                        )
-                    plan[n.id] = (n, self._prepare(vectors[n.id]))
-                elif held[0].version < n.version:  # the text never changes, so the vector stays
-                    plan[n.id] = (n, held[1])
-            self._insights.update(plan)
+                    if vec is None:
+                        raise ValueError(f"{p.id!r} is not in the index yet and came without a vector")
+                    plan[key] = (p, self._prepare(vec))
+                elif held[0].version < p.version:  # the text never changes, so the vector stays
+                    plan[key] = (p, held[1])
+            store.update(plan)
 
     # -- reads -----------------------------------------------------------------------------------
-    def _top(self, scored: list[tuple[str, float]], k: int) -> list[tuple[str, float]]:
-        scored.sort(key=lambda hit: -hit[1])
-        return [hit for hit in scored if hit[1] > 0][: max(k, 0)]
+    @staticmethod
+    def _top(scored: list[tuple[float, str, _P]], k: int) -> list[tuple[float, str, _P]]:
+        scored.sort(key=lambda hit: -hit[0])
+        return [hit for hit in scored if hit[0] > 0][: max(k, 0)]
 
-    def search_queries(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
+    def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
         if not vector:
             return []
         query = self._prepare(vector)
         with self._lock:
             scored = [
-                (q.id, self._score(query, v)) for q, v in self._queries.values() if q.namespace == namespace
+                (self._score(query, v), q.id, q)
+                for (ns, _), (q, v) in self._queries.items()
+                if ns == namespace
             ]
-        return self._top(scored, k)
+        return [QueryHit(q.id, s, q.supports, q.harms) for s, _, q in self._top(scored, k)]
+
+    def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
+        with self._lock:
+            found = [self._queries.get((namespace, q)) for q in ids]
+        return {p.id: QueryHit(p.id, 0.0, p.supports, p.harms) for p, _ in filter(None, found)}
+
+    def serving_insights(self, namespace: str, ids: Collection[str]) -> list[ServingInsight]:
+        wanted = set(ids)
+        if not wanted:
+            return []
+        with self._lock:
+            found = [
+                n
+                for (ns, i), (n, _) in self._insights.items()
+                if ns == namespace
+                and n.state == "active"
+                and (i in wanted or not wanted.isdisjoint(n.inherits))
+            ]
+        return [ServingInsight(n.id, n.text, n.version, n.inherits) for n in found]
 
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
         if not vector:
@@ -97,28 +120,19 @@ class InMemoryIndex:
         query = self._prepare(vector)
         with self._lock:
             scored = [
-                (n.id, self._score(query, v))
-                for n, v in self._insights.values()
-                if n.namespace == namespace and n.active
+                (self._score(query, v), n.id, n)
+                for (ns, _), (n, v) in self._insights.items()
+                if ns == namespace and n.state == "active"
             ]
-        return self._top(scored, k)
+        return [(i, s) for s, i, _ in self._top(scored, k)]
 
-    def candidate_insights(self, namespace: str, expanded: Collection[str], limit: int) -> list[Candidate]:
-        if not expanded:
-            return []
-        wanted = set(expanded)
+    def versions(
+        self, kind: Literal["insight", "query"], namespace: str, ids: Collection[str]
+    ) -> dict[str, int]:
+        store: Mapping[tuple[str, str], tuple[QueryPoint | InsightPoint, _Stored]]
+        store = self._insights if kind == "insight" else self._queries
         with self._lock:
-            found = [
-                n
-                for n, _ in self._insights.values()
-                if n.namespace == namespace and n.active and not wanted.isdisjoint(n.positive)
-            ]
-        found.sort(key=lambda n: point_id(n.id))  # Qdrant's scroll order, so a limit cuts the same way
-        return [candidate_from_payload(insight_payload(n)) for n in found[: max(limit, 0)]]
-
-    def insight_versions(self, ids: Collection[str]) -> dict[str, int]:
-        with self._lock:
-            return {i: self._insights[i][0].version for i in ids if i in self._insights}
+            return {i: store[(namespace, i)][0].version for i in ids if (namespace, i) in store}
 
     def count(self, kind: Literal["insight", "query"]) -> int:
         with self._lock:

@@ -16,7 +16,8 @@ from typing import Any
 
 from evomem.controllers import DecisionInput
 from evomem.llm.tokens import TokenCounter, cut
-from schemas import InsightNode, TaskEvent
+from evomem.ports import InsightHead
+from schemas import TaskEvent
 
 #: Recorded with every decision (``decided_by``), so the edit history shows which prompt judged.
 PROMPT_VERSION = 1
@@ -117,7 +118,7 @@ class EventView:
 @dataclass(frozen=True, slots=True)
 class PromptBatch:
     events: tuple[EventView, ...]
-    insights: dict[int, InsightNode]
+    insights: dict[int, InsightHead]
 
     @property
     def numbers(self) -> list[int]:
@@ -152,7 +153,7 @@ def build_batch(inputs: Sequence[DecisionInput], counter: TokenCounter, event_to
     """Number the events 1.. and their distinct insights 1.., and render each event within its
     token budget."""
     numbers: dict[str, int] = {}
-    insights: dict[int, InsightNode] = {}
+    insights: dict[int, InsightHead] = {}
     views = []
     for n, inp in enumerate(inputs, 1):
         labels = []

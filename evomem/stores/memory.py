@@ -12,13 +12,25 @@ import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
 from pydantic import TypeAdapter
 
 from evomem.editing import EditPlan, PlannedEdit, archive_threshold_reached
 from evomem.errors import InvalidEventError
-from evomem.ports import ApplyResult, Change, EditOutcome, EditRecord, RetrievalRecord
-from schemas import ControllerDecision, InsightNode, QueryNode
+from evomem.ports import (
+    ApplyResult,
+    Change,
+    EditOutcome,
+    EditRecord,
+    EventKey,
+    InsightHead,
+    InsightPoint,
+    QueryPoint,
+    RetrievalRecord,
+    StoredDecision,
+)
+from schemas import InsightNode, QueryNode
 
 MAX_CHAIN = 32
 _AT = TypeAdapter(datetime)
@@ -35,6 +47,7 @@ class _Insight:
     updated_at: datetime
     positive: set[str] = field(default_factory=set)
     negative: set[str] = field(default_factory=set)
+    inherits: set[str] = field(default_factory=set)
     version: int = 1
     revised_from: str | None = None
     revised_to: str | None = None
@@ -56,40 +69,59 @@ class _Insight:
         )
 
 
+@dataclass
+class _Query:
+    node: QueryNode
+    version: int = 0
+    supports: set[str] = field(default_factory=set)
+    harms: set[str] = field(default_factory=set)
+    neighbours: dict[str, float] = field(default_factory=dict)
+    unlinked: bool = False
+
+
+class _Event:
+    """What one plan's application changes, for the change feed."""
+
+    def __init__(self) -> None:
+        self.changed: dict[str, int] = {}  # insights whose served fields changed -> version
+        self.query_changed = False
+
+
 class InMemoryGraphStore:
     """A ``GraphStore`` in a dict, safe across threads (one lock, like one Redis)."""
 
-    def __init__(self) -> None:
+    def __init__(self, degree: int = 0) -> None:
+        self.degree = degree
         self._lock = threading.Lock()
         self._insights: dict[str, _Insight] = {}
-        self._queries: dict[str, QueryNode] = {}
-        self._neighbours: dict[str, set[str]] = {}
+        self._queries: dict[EventKey, _Query] = {}
         self._edges: dict[str, set[tuple[str, str]]] = {}
         self._texts: dict[tuple[str, str], str] = {}
-        self._applied: dict[str, ApplyResult] = {}
-        self._decisions: dict[str, ControllerDecision] = {}
-        self._retrievals: dict[str, RetrievalRecord] = {}
+        self._bands: dict[tuple[str, str], set[str]] = {}
+        self._applied: dict[EventKey, tuple[ApplyResult, str | None]] = {}
+        self._decisions: dict[EventKey, StoredDecision] = {}
+        self._retrievals: dict[EventKey, RetrievalRecord] = {}
         self._history: list[EditRecord] = []
         self._changes: list[Change] = []
-        self._unlinked: set[str] = set()
 
     # -- writes ------------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
         with self._lock:
-            done = self._applied.get(plan.event_id)
+            done = self._applied.get((plan.namespace, plan.event_id))
             if done is not None:
-                return ApplyResult(plan.event_id, True, done.outcomes, done.created)
-            peer = self._queries.get(plan.query_id)
-            if peer is not None and peer.namespace != plan.namespace:
-                # namespace is immutable on a node: an event may not reuse another namespace's query id
-                raise InvalidEventError("query_id", f"query {plan.query_id} belongs to another namespace")
-            changed: dict[str, int] = {}
-            self._put_query(plan)
+                result, digest = done
+                if plan.digest is not None and digest is not None and digest != plan.digest:
+                    raise InvalidEventError(
+                        "event_id", f"event {plan.event_id} was applied before with other content"
+                    )
+                return ApplyResult(plan.event_id, True, result.outcomes, result.created)
+            ev = _Event()
+            query = self._put_query(plan, ev)
             outcomes: list[EditOutcome] = []
             created: list[str] = []
             at = _AT.dump_python(plan.at, mode="json")  # the plan's JSON form, as the Redis store records it
             for edit in plan.edits:
-                outcome = self._apply_edit(plan, edit, changed)
+                outcome = self._apply_edit(plan, query, edit, ev)
                 outcomes.append(outcome)
                 if outcome.outcome in ("revised", "added"):
                     assert outcome.new_id is not None
@@ -112,17 +144,25 @@ class InMemoryGraphStore:
                 ]
                 for b in linked:
                     for a in plan.retrieved:
-                        if a != b and a in self._insights and self._insights[a].namespace == plan.namespace:
+                        if a != b and self._node(plan, a) is not None:
                             self._edges.setdefault(b, set()).add((a, plan.query_id))
-            for node_id, version in changed.items():
-                self._changes.append(Change(str(len(self._changes) + 1), "insight", node_id, version))
+            if ev.query_changed:
+                query.version += 1
+                self._feed("query", plan.namespace, plan.query_id, query.version)
+            for node_id, version in ev.changed.items():
+                self._feed("insight", plan.namespace, node_id, version)
             result = ApplyResult(plan.event_id, False, tuple(outcomes), tuple(created))
-            self._applied[plan.event_id] = result
+            self._applied[(plan.namespace, plan.event_id)] = (result, plan.digest)
             return result
 
-    def _put_query(self, plan: EditPlan) -> None:
-        if plan.query_id not in self._queries:
-            self._queries[plan.query_id] = QueryNode(
+    def _feed(self, kind: Literal["insight", "query"], namespace: str, node_id: str, version: int) -> None:
+        self._changes.append(Change(str(len(self._changes) + 1), kind, namespace, node_id, version))
+
+    def _put_query(self, plan: EditPlan, ev: _Event) -> _Query:
+        ref = (plan.namespace, plan.query_id)
+        query = self._queries.get(ref)
+        if query is None:
+            node = QueryNode(
                 id=plan.query_id,
                 namespace=plan.namespace,
                 text=plan.query_text,
@@ -131,69 +171,96 @@ class InMemoryGraphStore:
                 event_id=plan.event_id,
                 created_at=plan.at,
             )
-            self._changes.append(Change(str(len(self._changes) + 1), "query", plan.query_id, 1))
-            if plan.similar is None:
-                self._unlinked.add(plan.query_id)
-        for other in plan.similar or ():
-            peer = self._queries.get(other)
-            if peer is None or peer.namespace != plan.namespace:
-                continue
-            self._neighbours.setdefault(plan.query_id, set()).add(other)
-            self._neighbours.setdefault(other, set()).add(plan.query_id)
+            query = self._queries[ref] = _Query(node, unlinked=plan.similar is None)
+            ev.query_changed = True
+        scores = plan.similar_scores or [1.0] * len(plan.similar or ())
+        for other, w in zip(plan.similar or (), scores, strict=True):
+            peer = self._queries.get((plan.namespace, other))
+            if other != plan.query_id and peer is not None:
+                self._link(query, peer, w)
+                self._link(peer, query, w)
+        return query
+
+    def _link(self, a: _Query, b: _Query, w: float) -> None:
+        nbrs = a.neighbours
+        nbrs[b.node.id] = max(w, nbrs.get(b.node.id, float("-inf")))
+        if self.degree and len(nbrs) > self.degree:
+            # keep the ``degree`` most similar, as ZREMRANGEBYRANK on the ascending (score, member) order
+            order = sorted(nbrs.items(), key=lambda kv: (kv[1], kv[0]))
+            for member, _ in order[: len(nbrs) - self.degree]:
+                del nbrs[member]
 
     def _node(self, plan: EditPlan, insight_id: str | None) -> _Insight | None:
         node = self._insights.get(insight_id or "")
         return node if node is not None and node.namespace == plan.namespace else None
 
-    def _touch(self, node: _Insight, plan: EditPlan, changed: dict[str, int]) -> None:
+    def _touch(self, node: _Insight, plan: EditPlan, ev: _Event, visible: bool) -> None:
         node.version += 1
         node.updated_at = plan.at
-        changed[node.id] = node.version
+        if visible or node.id in ev.changed:
+            ev.changed[node.id] = node.version
 
-    def _apply_edit(self, plan: EditPlan, edit: PlannedEdit, changed: dict[str, int]) -> EditOutcome:
-        q = plan.query_id
+    def _positive(self, node: _Insight, query: _Query, ev: _Event) -> None:
+        node.positive.add(query.node.id)
+        query.supports.add(node.id)
+        ev.query_changed = True
+
+    def _negative(self, node: _Insight, query: _Query, ev: _Event) -> None:
+        node.negative.add(query.node.id)
+        query.harms.add(node.id)
+        ev.query_changed = True
+
+    def _inherit(self, to: _Insight, source: _Insight) -> None:
+        to.positive |= source.positive
+        to.inherits |= {source.id} | source.inherits
+
+    def _apply_edit(self, plan: EditPlan, query: _Query, edit: PlannedEdit, ev: _Event) -> EditOutcome:
         if edit.op == "ADD":
             assert edit.new_id and edit.text and edit.text_key
-            twin = self._active_twin(plan, edit.text_key)
+            twin = self._active_twin(plan, edit)
             if twin is not None:
                 if plan.status == "resolved":
-                    twin.positive.add(q)
-                    self._touch(twin, plan, changed)
+                    self._positive(twin, query, ev)
+                    self._touch(twin, plan, ev, False)
                 return EditOutcome("ADD", twin.id, "duplicate")
-            self._create(plan, edit.new_id, edit.text, {q}, None, changed)
+            new = self._create(plan, edit, None, ev)
+            self._positive(new, query, ev)
             self._texts[(plan.namespace, edit.text_key)] = edit.new_id
             return EditOutcome("ADD", None, "added", new_id=edit.new_id)
         node = self._node(plan, edit.insight_id)
         if node is None:
             return EditOutcome(edit.op, edit.insight_id, "rejected")
         if edit.op == "KEEP":
-            node.positive.add(q)
-            self._touch(node, plan, changed)
+            self._positive(node, query, ev)
+            self._touch(node, plan, ev, False)
             if node.state == "active":
                 return EditOutcome("KEEP", node.id, "kept")
             tip = self._active_tip(node)
             if tip is not None:
-                tip.positive.add(q)
-                self._touch(tip, plan, changed)
+                self._positive(tip, query, ev)
+                self._touch(tip, plan, ev, False)
                 return EditOutcome("KEEP", node.id, "forwarded", forwarded_to=tip.id)
             return EditOutcome("KEEP", node.id, "evidence_only")
         # ARCHIVE and REVISE both record q as negative evidence.
-        node.negative.add(q)
+        self._negative(node, query, ev)
         was_active = node.state == "active"
-        twin = self._active_twin(plan, edit.text_key) if edit.op == "REVISE" and was_active else None
+        twin = self._active_twin(plan, edit) if edit.op == "REVISE" and was_active else None
         if twin is not None and twin is not node:
             node.state = "archived"
             node.revised_to = twin.id
-            self._touch(node, plan, changed)
-            twin.positive |= node.positive | {q}
-            self._touch(twin, plan, changed)
+            self._touch(node, plan, ev, True)
+            self._inherit(twin, node)
+            self._positive(twin, query, ev)
+            self._touch(twin, plan, ev, True)
             return EditOutcome("REVISE", node.id, "merged", new_id=twin.id)
         if edit.op == "REVISE" and was_active:
             assert edit.new_id and edit.text
             node.state = "archived"
             node.revised_to = edit.new_id
-            self._touch(node, plan, changed)
-            self._create(plan, edit.new_id, edit.text, node.positive | {q}, node.id, changed)
+            self._touch(node, plan, ev, True)
+            new = self._create(plan, edit, node.id, ev)
+            self._inherit(new, node)
+            self._positive(new, query, ev)
             if edit.text_key:
                 self._texts[(plan.namespace, edit.text_key)] = edit.new_id
             return EditOutcome("REVISE", node.id, "revised", new_id=edit.new_id)
@@ -202,14 +269,18 @@ class InMemoryGraphStore:
             or archive_threshold_reached(len(node.negative), len(node.positive), plan.archive_ratio)
         ):
             node.state = "archived"
-            self._touch(node, plan, changed)
+            self._touch(node, plan, ev, True)
             return EditOutcome(edit.op, node.id, "archived")
-        self._touch(node, plan, changed)
+        self._touch(node, plan, ev, False)
         return EditOutcome(edit.op, node.id, "negative_evidence")
 
-    def _active_twin(self, plan: EditPlan, key: str | None) -> _Insight | None:
-        twin = self._node(plan, self._texts.get((plan.namespace, key or "")))
-        return twin if twin is not None and twin.state == "active" else None
+    def _active_twin(self, plan: EditPlan, edit: PlannedEdit) -> _Insight | None:
+        """The same normalised text first, else the near twin found before the plan."""
+        for candidate in (self._texts.get((plan.namespace, edit.text_key or "")), edit.twin):
+            twin = self._node(plan, candidate)
+            if twin is not None and twin.state == "active":
+                return twin
+        return None
 
     def _active_tip(self, node: _Insight) -> _Insight | None:
         current = node
@@ -222,27 +293,22 @@ class InMemoryGraphStore:
             current = nxt
         return current if current is not node and current.state == "active" else None
 
-    def _create(
-        self,
-        plan: EditPlan,
-        new_id: str,
-        text: str,
-        positive: set[str],
-        parent: str | None,
-        changed: dict[str, int],
-    ) -> None:
-        self._insights[new_id] = _Insight(
-            id=new_id,
+    def _create(self, plan: EditPlan, edit: PlannedEdit, parent: str | None, ev: _Event) -> _Insight:
+        assert edit.new_id and edit.text
+        node = self._insights[edit.new_id] = _Insight(
+            id=edit.new_id,
             namespace=plan.namespace,
-            text=text,
+            text=edit.text,
             state="active",
             created_by_event=plan.event_id,
             created_at=plan.at,
             updated_at=plan.at,
-            positive=set(positive),
             revised_from=parent,
         )
-        changed[new_id] = 1
+        for band in edit.bands:
+            self._bands.setdefault((plan.namespace, band), set()).add(edit.new_id)
+        ev.changed[edit.new_id] = 1
+        return node
 
     def apply_many(self, plans: Collection[EditPlan]) -> list[ApplyResult | Exception]:
         out: list[ApplyResult | Exception] = []
@@ -253,53 +319,116 @@ class InMemoryGraphStore:
                 out.append(exc)
         return out
 
-    def save_decisions(self, decisions: Mapping[str, ControllerDecision]) -> dict[str, ControllerDecision]:
-        return {i: self.save_decision(i, d) for i, d in decisions.items()}
-
-    def load_decisions(self, event_ids: Collection[str]) -> dict[str, ControllerDecision]:
+    def save_decisions(self, decisions: Mapping[EventKey, StoredDecision]) -> dict[EventKey, StoredDecision]:
         with self._lock:
-            return {i: self._decisions[i] for i in event_ids if i in self._decisions}
+            return {ref: self._decisions.setdefault(ref, d) for ref, d in decisions.items()}
 
-    def load_retrievals(self, retrieval_ids: Collection[str]) -> dict[str, RetrievalRecord]:
+    def load_decisions(self, events: Collection[EventKey]) -> dict[EventKey, StoredDecision]:
         with self._lock:
-            return {i: self._retrievals[i] for i in retrieval_ids if i in self._retrievals}
+            return {ref: self._decisions[ref] for ref in events if ref in self._decisions}
 
-    def link_queries(self, query_id: str, similar: Collection[str]) -> None:
+    def load_retrievals(self, retrievals: Collection[EventKey]) -> dict[EventKey, RetrievalRecord]:
         with self._lock:
-            node = self._queries.get(query_id)
-            if node is None:
+            return {ref: self._retrievals[ref] for ref in retrievals if ref in self._retrievals}
+
+    def link_queries(self, namespace: str, query_id: str, similar: Mapping[str, float]) -> None:
+        with self._lock:
+            query = self._queries.get((namespace, query_id))
+            if query is None:
                 return
-            for other in similar:
-                peer = self._queries.get(other)
-                if other != query_id and peer is not None and peer.namespace == node.namespace:
-                    self._neighbours.setdefault(query_id, set()).add(other)
-                    self._neighbours.setdefault(other, set()).add(query_id)
-            self._unlinked.discard(query_id)
+            for other, w in similar.items():
+                peer = self._queries.get((namespace, other))
+                if other != query_id and peer is not None:
+                    self._link(query, peer, float(w))
+                    self._link(peer, query, float(w))
+            query.unlinked = False
 
-    def unlinked(self, query_ids: Collection[str]) -> set[str]:
+    def unlinked(self, namespace: str, query_ids: Collection[str]) -> set[str]:
         with self._lock:
-            return {q for q in query_ids if q in self._unlinked}
-
-    def save_decision(self, event_id: str, decision: ControllerDecision) -> ControllerDecision:
-        with self._lock:
-            return self._decisions.setdefault(event_id, decision)
+            return {
+                q
+                for q in query_ids
+                if (found := self._queries.get((namespace, q))) is not None and found.unlinked
+            }
 
     def save_retrieval(self, record: RetrievalRecord, ttl_s: int) -> None:
         with self._lock:
-            self._retrievals[record.id] = record
+            self._retrievals[(record.namespace, record.id)] = record
 
-    # -- reads -------------------------------------------------------------------------------
+    # -- reads for consolidation and retrieval ---------------------------------------------------
+    def heads(self, namespace: str, ids: Collection[str]) -> dict[str, InsightHead]:
+        with self._lock:
+            out = {}
+            for i in ids:
+                n = self._insights.get(i)
+                if n is not None and n.namespace == namespace:
+                    out[i] = InsightHead(
+                        n.id, n.namespace, n.text, n.state, n.version, len(n.positive), len(n.negative)
+                    )
+            return out
+
+    def duplicate_candidates(self, namespace: str, bands: Collection[str]) -> set[str]:
+        with self._lock:
+            return {i for b in bands for i in self._bands.get((namespace, b), ())}
+
+    def neighbours(self, namespace: str, query_ids: Collection[str]) -> dict[str, dict[str, float]]:
+        with self._lock:
+            out = {}
+            for q in query_ids:
+                found = self._queries.get((namespace, q))
+                out[q] = dict(found.neighbours) if found is not None else {}
+            return out
+
+    def load_retrieval(self, namespace: str, retrieval_id: str) -> RetrievalRecord | None:
+        with self._lock:
+            return self._retrievals.get((namespace, retrieval_id))
+
+    def is_applied(self, namespace: str, event_id: str) -> bool:
+        with self._lock:
+            return (namespace, event_id) in self._applied
+
+    # -- projection ------------------------------------------------------------------------------
+    def changes(self, after: str, count: int) -> list[Change]:
+        with self._lock:
+            start = int(after or 0)
+            return self._changes[start : start + count]
+
+    def query_points(self, refs: Collection[EventKey]) -> dict[EventKey, QueryPoint]:
+        with self._lock:
+            out = {}
+            for ref in refs:
+                q = self._queries.get(ref)
+                if q is not None:
+                    out[ref] = QueryPoint(
+                        q.node.id,
+                        q.node.namespace,
+                        q.node.text,
+                        q.node.status,
+                        q.version,
+                        tuple(sorted(q.supports)),
+                        tuple(sorted(q.harms)),
+                    )
+            return out
+
+    def insight_points(self, refs: Collection[EventKey]) -> dict[EventKey, InsightPoint]:
+        with self._lock:
+            out = {}
+            for ns, i in refs:
+                n = self._insights.get(i)
+                if n is not None and n.namespace == ns:
+                    out[(ns, i)] = InsightPoint(
+                        n.id, ns, n.text, n.state, n.version, tuple(sorted(n.inherits))
+                    )
+            return out
+
+    # -- inspection --------------------------------------------------------------------------------
     def insights(self, ids: Collection[str]) -> dict[str, InsightNode]:
         with self._lock:
             return {i: self._insights[i].freeze() for i in ids if i in self._insights}
 
-    def queries(self, ids: Collection[str]) -> dict[str, QueryNode]:
+    def queries(self, namespace: str, ids: Collection[str]) -> dict[str, QueryNode]:
         with self._lock:
-            return {i: self._queries[i] for i in ids if i in self._queries}
-
-    def neighbours(self, query_ids: Collection[str]) -> dict[str, set[str]]:
-        with self._lock:
-            return {q: set(self._neighbours.get(q, ())) for q in query_ids}
+            return {i: q.node for i in ids if (q := self._queries.get((namespace, i))) is not None}
 
     def states(self, ids: Collection[str]) -> dict[str, str]:
         with self._lock:
@@ -336,28 +465,9 @@ class InMemoryGraphStore:
         with self._lock:
             return sorted(self._edges.get(insight_id, ()))
 
-    def load_decision(self, event_id: str) -> ControllerDecision | None:
-        with self._lock:
-            return self._decisions.get(event_id)
-
-    def is_applied(self, event_id: str) -> bool:
-        with self._lock:
-            return event_id in self._applied
-
-    def load_retrieval(self, retrieval_id: str) -> RetrievalRecord | None:
-        with self._lock:
-            return self._retrievals.get(retrieval_id)
-
-    def changes(self, after: str, count: int) -> list[Change]:
-        with self._lock:
-            start = int(after or 0)
-            return self._changes[start : start + count]
-
     def namespaces(self) -> set[str]:
         with self._lock:
-            return {n.namespace for n in self._insights.values()} | {
-                q.namespace for q in self._queries.values()
-            }
+            return {n.namespace for n in self._insights.values()} | {ns for ns, _ in self._queries}
 
     def insight_ids(self, namespace: str) -> set[str]:
         with self._lock:
@@ -365,7 +475,7 @@ class InMemoryGraphStore:
 
     def query_ids(self, namespace: str) -> set[str]:
         with self._lock:
-            return {i for i, q in self._queries.items() if q.namespace == namespace}
+            return {q for ns, q in self._queries if ns == namespace}
 
     def close(self) -> None:
         return None

@@ -2,7 +2,7 @@
 
 Plain redis-py, not redis-om: evidence must be added with SADD and an event's edits committed in
 one Lua script, atomically and idempotently, which an object mapper that saves whole hashes cannot do
-(the README's "Storage" section says more).
+(the README's "Storage" section says more). Key layout: ``evomem/keys.py``.
 """
 
 from __future__ import annotations
@@ -11,34 +11,51 @@ import json
 from collections.abc import Collection, Mapping
 from datetime import datetime
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import redis
 
 from evomem import keys
 from evomem.editing import EditPlan
-from evomem.errors import InvalidEventError, TransientError
-from evomem.ports import ApplyResult, Change, EditOutcome, EditRecord, RetrievalRecord
+from evomem.errors import ConfigError, InvalidEventError, TransientError
+from evomem.ports import (
+    ApplyResult,
+    Change,
+    EditOutcome,
+    EditRecord,
+    EventKey,
+    InsightHead,
+    InsightPoint,
+    QueryPoint,
+    RetrievalRecord,
+    StoredDecision,
+)
 from evomem.redis_server import Client
 from schemas import ControllerDecision, InsightNode, QueryNode
 
 CHANGES_MAXLEN = 2_000_000
 HISTORY_MAXLEN = 10_000_000
+_CHAIN = 64  # lineage hops read at most, each way
 
-
-# Link a query to similar ones of its own namespace, both ways, and clear its "link" flag.
+# Link a query to similar ones of its namespace, both ways, each side keeping its ``degree`` most
+# similar neighbours, and clear its "link" flag. ARGV: namespace prefix, query id, degree, then
+# (neighbour id, similarity) pairs.
 _LINK = """
-local P, q = ARGV[1], ARGV[2]
-local ns = redis.call('HGET', P .. ':q:' .. q, 'namespace')
-if not ns then return 0 end
-for i = 3, #ARGV do
-  local other = ARGV[i]
-  if other ~= q and redis.call('HGET', P .. ':q:' .. other, 'namespace') == ns then
-    redis.call('SADD', P .. ':q:' .. q .. ':nbr', other)
-    redis.call('SADD', P .. ':q:' .. other .. ':nbr', q)
+local N, q, degree = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local function k(kind, id) return N .. ':' .. kind .. ':' .. id end
+if redis.call('EXISTS', k('q', q)) == 0 then return 0 end
+local function link(a, b, w)
+  redis.call('ZADD', k('q.nbr', a), 'GT', w, b)
+  if degree > 0 then redis.call('ZREMRANGEBYRANK', k('q.nbr', a), 0, -(degree + 1)) end
+end
+for i = 4, #ARGV, 2 do
+  local other, w = ARGV[i], tonumber(ARGV[i + 1])
+  if other ~= q and redis.call('EXISTS', k('q', other)) == 1 then
+    link(q, other, w)
+    link(other, q, w)
   end
 end
-redis.call('HDEL', P .. ':q:' .. q, 'link')
+redis.call('HDEL', k('q', q), 'link')
 return 1
 """
 
@@ -54,22 +71,19 @@ def _s(value: Any) -> str:
 class RedisGraphStore:
     """A ``GraphStore`` on one Redis (or Valkey) server."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, degree: int = 0) -> None:
         self.r = client
+        self.degree = degree
+        check_layout(client)
         self._apply = self.r.register_script(_lua("apply.lua"))
         self._link = self.r.register_script(_LINK)
 
     # -- writes ------------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
-        try:
-            raw = self._apply(args=[plan.to_json(), keys.PREFIX, CHANGES_MAXLEN, HISTORY_MAXLEN])
-        except redis.ConnectionError as exc:
-            raise TransientError(f"redis unreachable while applying event {plan.event_id}") from exc
-        except redis.ResponseError as exc:
-            if str(exc).startswith("query_id:"):
-                raise InvalidEventError("query_id", str(exc).split(": ", 1)[1]) from None
-            raise
-        return _result(json.loads(_s(raw)))
+        result = self.apply_many([plan])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     def apply_many(self, plans: Collection[EditPlan]) -> list[ApplyResult | Exception]:
         """Apply several plans in one round trip, each atomic on its own; a plan that fails gives
@@ -85,76 +99,171 @@ class RedisGraphStore:
             raise TransientError("redis unreachable while applying a batch") from exc
         return [_error(r) if isinstance(r, Exception) else _result(json.loads(_s(r))) for r in raw]
 
-    def link_queries(self, query_id: str, similar: Collection[str]) -> None:
-        self._link(args=[keys.PREFIX, query_id, *similar])
+    def link_queries(self, namespace: str, query_id: str, similar: Mapping[str, float]) -> None:
+        pairs = [x for q, w in similar.items() for x in (q, repr(float(w)))]
+        self._link(args=[keys.ns_prefix(namespace), query_id, self.degree, *pairs])
 
-    def unlinked(self, query_ids: Collection[str]) -> set[str]:
+    def unlinked(self, namespace: str, query_ids: Collection[str]) -> set[str]:
         ids = list(query_ids)
         pipe = self.r.pipeline(transaction=False)
         for q in ids:
-            pipe.hexists(keys.query(q), "link")
+            pipe.hexists(keys.query(namespace, q), "link")
         return {q for q, flag in zip(ids, pipe.execute(), strict=True) if flag}
 
-    def save_decisions(self, decisions: Mapping[str, ControllerDecision]) -> dict[str, ControllerDecision]:
+    def save_decisions(self, decisions: Mapping[EventKey, StoredDecision]) -> dict[EventKey, StoredDecision]:
         """Store each decision unless one is stored for its event; return the stored ones."""
-        ids = list(decisions)
+        refs = list(decisions)
         pipe = self.r.pipeline(transaction=False)
-        for event_id in ids:
-            pipe.set(keys.decision(event_id), decisions[event_id].model_dump_json(), nx=True)
-        for event_id in ids:
-            pipe.get(keys.decision(event_id))
-        stored = pipe.execute()[len(ids) :]
-        return {i: ControllerDecision.model_validate_json(raw) for i, raw in zip(ids, stored, strict=True)}
+        for ns, event_id in refs:
+            pipe.set(keys.decision(ns, event_id), _dump_decision(decisions[(ns, event_id)]), nx=True)
+        for ns, event_id in refs:
+            pipe.get(keys.decision(ns, event_id))
+        stored = pipe.execute()[len(refs) :]
+        return {ref: _load_decision(raw) for ref, raw in zip(refs, stored, strict=True)}
 
-    def load_decisions(self, event_ids: Collection[str]) -> dict[str, ControllerDecision]:
-        ids = list(event_ids)
-        if not ids:
+    def load_decisions(self, events: Collection[EventKey]) -> dict[EventKey, StoredDecision]:
+        refs = list(dict.fromkeys(events))
+        if not refs:
             return {}
-        raw = self.r.mget([keys.decision(i) for i in ids])
-        return {i: ControllerDecision.model_validate_json(r) for i, r in zip(ids, raw, strict=True) if r}
+        raw = self.r.mget([keys.decision(ns, e) for ns, e in refs])
+        return {ref: _load_decision(r) for ref, r in zip(refs, raw, strict=True) if r}
 
-    def load_retrievals(self, retrieval_ids: Collection[str]) -> dict[str, RetrievalRecord]:
-        ids = list(dict.fromkeys(retrieval_ids))
-        if not ids:
+    def load_retrievals(self, retrievals: Collection[EventKey]) -> dict[EventKey, RetrievalRecord]:
+        refs = list(dict.fromkeys(retrievals))
+        if not refs:
             return {}
-        raw = self.r.mget([keys.retrieval(i) for i in ids])
-        return {i: _retrieval(i, r) for i, r in zip(ids, raw, strict=True) if r is not None}
-
-    def save_decision(self, event_id: str, decision: ControllerDecision) -> ControllerDecision:
-        key = keys.decision(event_id)
-        pipe = self.r.pipeline()
-        pipe.set(key, decision.model_dump_json(), nx=True)
-        pipe.get(key)
-        _, stored = pipe.execute()
-        return ControllerDecision.model_validate_json(stored)
+        raw = self.r.mget([keys.retrieval(ns, rid) for ns, rid in refs])
+        return {
+            (ns, rid): _retrieval(ns, rid, r) for (ns, rid), r in zip(refs, raw, strict=True) if r is not None
+        }
 
     def save_retrieval(self, record: RetrievalRecord, ttl_s: int) -> None:
         doc = {
-            "namespace": record.namespace,
             "query": record.query,
             "similar": list(record.similar),
+            "similar_scores": list(record.similar_scores),
             "insight_ids": list(record.insight_ids),
+            "similarity": list(record.similarity),
         }
-        self.r.set(keys.retrieval(record.id), json.dumps(doc), ex=ttl_s)
+        self.r.set(keys.retrieval(record.namespace, record.id), json.dumps(doc), ex=ttl_s)
 
-    # -- reads -------------------------------------------------------------------------------
-    def insights(self, ids: Collection[str]) -> dict[str, InsightNode]:
+    # -- reads for consolidation and retrieval ---------------------------------------------------
+    def heads(self, namespace: str, ids: Collection[str]) -> dict[str, InsightHead]:
         ids = list(dict.fromkeys(ids))
         pipe = self.r.pipeline(transaction=False)
         for i in ids:
-            pipe.hgetall(keys.insight(i))
-            pipe.smembers(keys.insight_positive(i))
-            pipe.smembers(keys.insight_negative(i))
+            pipe.hmget(keys.insight(namespace, i), "text", "state", "version")
+            pipe.scard(keys.insight_positive(namespace, i))
+            pipe.scard(keys.insight_negative(namespace, i))
+        raw = pipe.execute()
+        out: dict[str, InsightHead] = {}
+        for n, i in enumerate(ids):
+            (text, state, version), pos, neg = raw[3 * n], raw[3 * n + 1], raw[3 * n + 2]
+            if text is not None and state is not None:
+                out[i] = InsightHead(i, namespace, _s(text), _s(state), int(version or 0), pos, neg)
+        return out
+
+    def duplicate_candidates(self, namespace: str, bands: Collection[str]) -> set[str]:
+        if not bands:
+            return set()
+        return {_s(x) for x in self.r.sunion([keys.duplicate_band(namespace, b) for b in bands])}
+
+    def neighbours(self, namespace: str, query_ids: Collection[str]) -> dict[str, dict[str, float]]:
+        ids = list(query_ids)
+        pipe = self.r.pipeline(transaction=False)
+        for q in ids:
+            pipe.zrange(keys.query_neighbours(namespace, q), 0, -1, withscores=True)
+        try:
+            raw = pipe.execute()
+        except redis.ConnectionError as exc:
+            raise TransientError("redis unreachable while expanding neighbours") from exc
+        return {q: {_s(m): float(w) for m, w in members} for q, members in zip(ids, raw, strict=True)}
+
+    def load_retrieval(self, namespace: str, retrieval_id: str) -> RetrievalRecord | None:
+        raw = self.r.get(keys.retrieval(namespace, retrieval_id))
+        return None if raw is None else _retrieval(namespace, retrieval_id, raw)
+
+    def is_applied(self, namespace: str, event_id: str) -> bool:
+        return bool(self.r.exists(keys.applied(namespace, event_id)))
+
+    # -- projection ------------------------------------------------------------------------------
+    def changes(self, after: str, count: int) -> list[Change]:
+        entries = self.r.xread({keys.CHANGES_STREAM: after or "0-0"}, count=count)
+        out: list[Change] = []
+        for _stream, items in entries or []:
+            for entry_id, fields in items:
+                f = {_s(k): _s(v) for k, v in fields.items()}
+                kind: Literal["insight", "query"] = "query" if f["kind"] == "query" else "insight"
+                out.append(Change(_s(entry_id), kind, f.get("ns", ""), f["id"], int(f["version"])))
+        return out
+
+    def query_points(self, refs: Collection[EventKey]) -> dict[EventKey, QueryPoint]:
+        refs = list(dict.fromkeys(refs))
+        pipe = self.r.pipeline(transaction=False)
+        for ns, q in refs:
+            pipe.hmget(keys.query(ns, q), "text", "status", "version")
+            pipe.smembers(keys.query_supports(ns, q))
+            pipe.smembers(keys.query_harms(ns, q))
+        raw = pipe.execute()
+        out: dict[EventKey, QueryPoint] = {}
+        for n, (ns, q) in enumerate(refs):
+            (text, status, version), pos, neg = raw[3 * n], raw[3 * n + 1], raw[3 * n + 2]
+            if text is None:
+                continue
+            out[(ns, q)] = QueryPoint(
+                q,
+                ns,
+                _s(text),
+                _s(status),
+                int(version or 1),
+                tuple(sorted(_s(x) for x in pos)),
+                tuple(sorted(_s(x) for x in neg)),
+            )
+        return out
+
+    def insight_points(self, refs: Collection[EventKey]) -> dict[EventKey, InsightPoint]:
+        refs = list(dict.fromkeys(refs))
+        pipe = self.r.pipeline(transaction=False)
+        for ns, i in refs:
+            pipe.hmget(keys.insight(ns, i), "text", "state", "version")
+            pipe.smembers(keys.insight_inherits(ns, i))
+        raw = pipe.execute()
+        out: dict[EventKey, InsightPoint] = {}
+        for n, (ns, i) in enumerate(refs):
+            (text, state, version), inherits = raw[2 * n], raw[2 * n + 1]
+            if text is None or state is None:
+                continue
+            out[(ns, i)] = InsightPoint(
+                i, ns, _s(text), _s(state), int(version or 1), tuple(sorted(_s(x) for x in inherits))
+            )
+        return out
+
+    # -- inspection --------------------------------------------------------------------------------
+    def namespace_of(self, ids: Collection[str]) -> dict[str, str]:
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        raw = self.r.hmget(keys.INSIGHT_DIRECTORY, ids)
+        return {i: _s(ns) for i, ns in zip(ids, raw, strict=True) if ns is not None}
+
+    def insights(self, ids: Collection[str]) -> dict[str, InsightNode]:
+        where = self.namespace_of(ids)
+        refs = list(where.items())
+        pipe = self.r.pipeline(transaction=False)
+        for i, ns in refs:
+            pipe.hgetall(keys.insight(ns, i))
+            pipe.smembers(keys.insight_positive(ns, i))
+            pipe.smembers(keys.insight_negative(ns, i))
         raw = pipe.execute()
         out: dict[str, InsightNode] = {}
-        for n, i in enumerate(ids):
+        for n, (i, ns) in enumerate(refs):
             h, pos, neg = raw[3 * n], raw[3 * n + 1], raw[3 * n + 2]
             if not h:
                 continue
             d = {_s(k): _s(v) for k, v in h.items()}
             out[i] = InsightNode(
                 id=i,
-                namespace=d["namespace"],
+                namespace=ns,
                 text=d["text"],
                 state=d["state"],
                 positive=frozenset(_s(x) for x in pos),
@@ -168,11 +277,11 @@ class RedisGraphStore:
             )
         return out
 
-    def queries(self, ids: Collection[str]) -> dict[str, QueryNode]:
+    def queries(self, namespace: str, ids: Collection[str]) -> dict[str, QueryNode]:
         ids = list(dict.fromkeys(ids))
         pipe = self.r.pipeline(transaction=False)
         for i in ids:
-            pipe.hgetall(keys.query(i))
+            pipe.hgetall(keys.query(namespace, i))
         out: dict[str, QueryNode] = {}
         for i, h in zip(ids, pipe.execute(), strict=True):
             if not h:
@@ -180,7 +289,7 @@ class RedisGraphStore:
             d = {_s(k): _s(v) for k, v in h.items()}
             out[i] = QueryNode(
                 id=i,
-                namespace=d["namespace"],
+                namespace=namespace,
                 text=d["text"],
                 status=d["status"],
                 trajectory=json.loads(d["trajectory"]),
@@ -189,78 +298,49 @@ class RedisGraphStore:
             )
         return out
 
-    def neighbours(self, query_ids: Collection[str]) -> dict[str, set[str]]:
-        ids = list(query_ids)
-        pipe = self.r.pipeline(transaction=False)
-        for q in ids:
-            pipe.smembers(keys.query_neighbours(q))
-        try:
-            raw = pipe.execute()
-        except redis.ConnectionError as exc:
-            raise TransientError("redis unreachable while expanding neighbours") from exc
-        return {q: {_s(x) for x in members} for q, members in zip(ids, raw, strict=True)}
-
     def states(self, ids: Collection[str]) -> dict[str, str]:
         """active | archived per insight id, without reading evidence (cheap for stats)."""
-        ids = list(ids)
+        refs = list(self.namespace_of(ids).items())
         pipe = self.r.pipeline(transaction=False)
-        for i in ids:
-            pipe.hget(keys.insight(i), "state")
-        return {i: _s(st) for i, st in zip(ids, pipe.execute(), strict=True) if st is not None}
-
-    def namespace_of(self, ids: Collection[str]) -> dict[str, str]:
-        ids = list(ids)
-        pipe = self.r.pipeline(transaction=False)
-        for i in ids:
-            pipe.hget(keys.insight(i), "namespace")
-        return {i: _s(ns) for i, ns in zip(ids, pipe.execute(), strict=True) if ns is not None}
+        for i, ns in refs:
+            pipe.hget(keys.insight(ns, i), "state")
+        return {i: _s(st) for (i, _), st in zip(refs, pipe.execute(), strict=True) if st is not None}
 
     def history(self, insight_id: str) -> list[EditRecord]:
+        ns = self.namespace_of([insight_id]).get(insight_id)
+        if ns is None:
+            return []
         return [
-            EditRecord(**json.loads(_s(x))) for x in self.r.lrange(keys.insight_history(insight_id), 0, -1)
+            EditRecord(**json.loads(_s(x)))
+            for x in self.r.lrange(keys.insight_history(ns, insight_id), 0, -1)
         ]
 
     def lineage(self, insight_id: str) -> list[str]:
+        ns = self.namespace_of([insight_id]).get(insight_id)
+        if ns is None or not self.r.exists(keys.insight(ns, insight_id)):
+            return []
+
         def hop(i: str, field: str) -> str | None:
-            v = self.r.hget(keys.insight(i), field)
+            v = self.r.hget(keys.insight(ns, i), field)
             return _s(v) if v is not None else None
 
-        if not self.r.exists(keys.insight(insight_id)):
-            return []
         chain = [insight_id]
         back = hop(insight_id, "revised_from")
-        while back and len(chain) < 32:
+        while back and len(chain) < _CHAIN // 2:
             chain.insert(0, back)
             back = hop(back, "revised_from")
         fwd = hop(insight_id, "revised_to")
-        while fwd and len(chain) < 64:
+        while fwd and len(chain) < _CHAIN:
             chain.append(fwd)
             fwd = hop(fwd, "revised_to")
         return chain
 
     def edges_into(self, insight_id: str) -> list[tuple[str, str]]:
-        members = (_s(m).split("|", 1) for m in self.r.smembers(keys.insight_edges(insight_id)))
+        ns = self.namespace_of([insight_id]).get(insight_id)
+        if ns is None:
+            return []
+        members = (_s(m).split("|", 1) for m in self.r.smembers(keys.insight_edges(ns, insight_id)))
         return sorted((a, q) for a, q in members)
-
-    def load_decision(self, event_id: str) -> ControllerDecision | None:
-        raw = self.r.get(keys.decision(event_id))
-        return ControllerDecision.model_validate_json(raw) if raw else None
-
-    def is_applied(self, event_id: str) -> bool:
-        return bool(self.r.exists(keys.applied(event_id)))
-
-    def load_retrieval(self, retrieval_id: str) -> RetrievalRecord | None:
-        raw = self.r.get(keys.retrieval(retrieval_id))
-        return None if raw is None else _retrieval(retrieval_id, raw)
-
-    def changes(self, after: str, count: int) -> list[Change]:
-        entries = self.r.xread({keys.CHANGES_STREAM: after or "0-0"}, count=count)
-        out: list[Change] = []
-        for _stream, items in entries or []:
-            for entry_id, fields in items:
-                f = {_s(k): _s(v) for k, v in fields.items()}
-                out.append(Change(_s(entry_id), f["kind"], f["id"], int(f["version"])))  # type: ignore[arg-type]
-        return out
 
     def namespaces(self) -> set[str]:
         return {_s(x) for x in self.r.smembers(keys.NAMESPACES)}
@@ -275,17 +355,56 @@ class RedisGraphStore:
         self.r.close()
 
 
-def _retrieval(retrieval_id: str, raw: bytes | str) -> RetrievalRecord:
+def check_layout(client: Client) -> None:
+    """Refuse a Redis that holds evomem data in another key layout; mark an empty one as ours."""
+    found = client.get(keys.LAYOUT_KEY)
+    if found is not None:
+        if int(found) != keys.LAYOUT:
+            raise ConfigError(
+                f"this Redis holds evomem data in key layout {int(found)}; this evomem reads layout "
+                f"{keys.LAYOUT}. Export it with the evomem that wrote it and import it here."
+            )
+        return
+    if client.exists(keys.NAMESPACES) or client.exists("em:changes"):
+        raise ConfigError(
+            "this Redis holds evomem data in key layout 1 (evomem 0.1); this evomem reads layout "
+            f"{keys.LAYOUT}. Export it with evomem 0.1 (`evomem export`) and import it here "
+            "(`evomem import`) into an empty Redis."
+        )
+    client.set(keys.LAYOUT_KEY, keys.LAYOUT, nx=True)
+
+
+def _dump_decision(stored: StoredDecision) -> str:
+    return json.dumps({"digest": stored.digest, "decision": stored.decision.model_dump(mode="json")})
+
+
+def _load_decision(raw: bytes | str) -> StoredDecision:
+    doc = json.loads(raw)
+    return StoredDecision(ControllerDecision.model_validate(doc["decision"]), doc.get("digest"))
+
+
+def _retrieval(namespace: str, retrieval_id: str, raw: bytes | str) -> RetrievalRecord:
     d = json.loads(raw)
     return RetrievalRecord(
-        retrieval_id, d["namespace"], d["query"], tuple(d["similar"]), tuple(d["insight_ids"])
+        retrieval_id,
+        namespace,
+        d["query"],
+        tuple(d["similar"]),
+        tuple(d["insight_ids"]),
+        tuple(d.get("similar_scores") or ()),
+        tuple(d.get("similarity") or ()),
     )
 
 
 def _error(exc: Exception) -> Exception:
     """A script's error reply as the error it means."""
-    if isinstance(exc, redis.ResponseError) and "query_id:" in str(exc):
-        return InvalidEventError("query_id", str(exc).split("query_id: ", 1)[1])
+    if isinstance(exc, redis.ResponseError):
+        for field in ("event_id", "query_id"):
+            marker = f"{field}: "
+            if str(exc).startswith(marker) or f" {marker}" in str(exc):
+                return InvalidEventError(field, str(exc).split(marker, 1)[1])
+    if isinstance(exc, redis.ConnectionError):
+        return TransientError(f"redis unreachable while applying: {exc}")
     return exc
 
 
@@ -297,4 +416,4 @@ def _result(d: dict[str, Any]) -> ApplyResult:
     return ApplyResult(d["event_id"], bool(d.get("replayed")), outcomes, tuple(d.get("created") or []))
 
 
-__all__ = ["RedisGraphStore"]
+__all__ = ["RedisGraphStore", "check_layout"]

@@ -2,72 +2,119 @@
 -- mirrored by evomem/stores/memory.py; the contract suite holds both to the same tests).
 -- ARGV[1] = plan JSON, ARGV[2] = key prefix, ARGV[3] = change stream maxlen, ARGV[4] = history maxlen
 -- Returns the result JSON; a replayed event returns its stored result with "replayed" = true.
+--
+-- Keys follow evomem/keys.py: a namespace's keys are N .. ':' .. kind .. ':' .. id with
+-- N = prefix .. ':{' .. namespace .. '}'. Evidence is written on both sides (the insight's Ω⁺/Ω⁻
+-- and the query's supports/harms), each an O(1) SADD: nothing here reads or copies a whole
+-- evidence set except a REVISE, which hands the old node's Ω⁺ to the new one.
 local plan = cjson.decode(ARGV[1])
 local P = ARGV[2]
 local changes_maxlen = ARGV[3]
 local history_maxlen = ARGV[4]
 local MAX_CHAIN = 32
 
-local applied_key = P .. ':applied:' .. plan.event_id
+local ns = plan.namespace
+local N = P .. ':{' .. ns .. '}'
+local function k(kind, id) return N .. ':' .. kind .. ':' .. id end
+
+local applied_key = k('applied', plan.event_id)
 local done = redis.call('GET', applied_key)
 if done then
   local r = cjson.decode(done)
+  if plan.digest ~= cjson.null and r.digest and r.digest ~= plan.digest then
+    return redis.error_reply('event_id: event ' .. plan.event_id .. ' was applied before with other content')
+  end
   r.replayed = true
   return cjson.encode(r)
 end
 
-local ns = plan.namespace
 local q = plan.query_id
 local at = plan.at
-
--- namespace is immutable on a node: an event may not reuse a query id of another namespace
-local q_ns = redis.call('HGET', P .. ':q:' .. q, 'namespace')
-if q_ns and q_ns ~= ns then
-  return redis.error_reply('query_id: query ' .. q .. ' belongs to another namespace')
-end
-local changed = {}
+local qkey = k('q', q)
+local changed = {}        -- insight id -> version, for nodes whose served fields changed
 local changed_order = {}
+local query_changed = false
 
-local function ins(id) return P .. ':ins:' .. id end
+local function ins(id) return k('ins', id) end
 
-local function touch(id)
+-- every edit bumps the node's version; only a change retrieval can see (a new node, its state, what
+-- it inherits) is announced to the projectors, since evidence reaches them through the query
+local function touch(id, visible)
   local v = redis.call('HINCRBY', ins(id), 'version', 1)
   redis.call('HSET', ins(id), 'updated_at', at)
-  if not changed[id] then table.insert(changed_order, id) end
-  changed[id] = v
+  if visible then
+    if not changed[id] then table.insert(changed_order, id) end
+    changed[id] = v
+  elseif changed[id] then
+    changed[id] = v
+  end
 end
 
-local function node_ok(id)
+local function positive(id, query)
+  redis.call('SADD', k('ins.pos', id), query)
+  redis.call('SADD', k('q.pos', query), id)
+  if query == q then query_changed = true end
+end
+
+local function negative(id, query)
+  redis.call('SADD', k('ins.neg', id), query)
+  redis.call('SADD', k('q.neg', query), id)
+  if query == q then query_changed = true end
+end
+
+local function exists(id)
   if not id or id == cjson.null then return false end
-  return redis.call('HGET', ins(id), 'namespace') == ns
+  return redis.call('EXISTS', ins(id)) == 1
 end
 
-local function create(id, text, parent)
-  redis.call('HSET', ins(id), 'namespace', ns, 'text', text, 'state', 'active', 'version', 1,
+local function create(id, text, parent, bands)
+  redis.call('HSET', ins(id), 'text', text, 'state', 'active', 'version', 1,
     'created_by_event', plan.event_id, 'created_at', at, 'updated_at', at)
   if parent then redis.call('HSET', ins(id), 'revised_from', parent) end
-  redis.call('SADD', P .. ':ns:' .. ns .. ':insights', id)
+  redis.call('SADD', N .. ':insights', id)
+  redis.call('HSET', P .. ':ids', id, ns)
+  if bands ~= nil and bands ~= cjson.null then
+    for _, band in ipairs(bands) do redis.call('SADD', k('dup', band), id) end
+  end
   if not changed[id] then table.insert(changed_order, id) end
   changed[id] = 1
 end
 
--- the query node and its undirected edges to the similar queries it retrieved
-local qkey = P .. ':q:' .. q
+-- the new (or absorbing) node takes over what ``from`` was supported by
+local function inherit(to, from)
+  redis.call('SUNIONSTORE', k('ins.pos', to), k('ins.pos', to), k('ins.pos', from))
+  redis.call('SADD', k('ins.inh', to), from)
+  redis.call('SUNIONSTORE', k('ins.inh', to), k('ins.inh', to), k('ins.inh', from))
+end
+
+-- the query node and its undirected, weighted edges to the similar queries it retrieved. A script
+-- is not rolled back when a command fails, so the query's hash is read before anything is written:
+-- a corrupt key fails the event here, with nothing of it applied.
+local new_query = redis.call('HGET', qkey, 'text') == false
 redis.call('SADD', P .. ':namespaces', ns)
-if redis.call('EXISTS', qkey) == 0 then
-  redis.call('HSET', qkey, 'namespace', ns, 'text', plan.query_text, 'status', plan.status,
+if new_query then
+  redis.call('HSET', qkey, 'text', plan.query_text, 'status', plan.status,
     'trajectory', plan.trajectory_json, 'event_id', plan.event_id, 'created_at', at)
-  redis.call('SADD', P .. ':ns:' .. ns .. ':queries', q)
+  redis.call('SADD', N .. ':queries', q)
   -- no retrieval record said which queries it resembles: the projector links it once indexed
   if plan.similar == cjson.null then redis.call('HSET', qkey, 'link', '1') end
-  redis.call('XADD', P .. ':changes', 'MAXLEN', '~', changes_maxlen, '*', 'kind', 'query', 'id', q, 'version', 1)
+  query_changed = true
 end
-local similar = plan.similar
-if similar == cjson.null then similar = {} end
-for _, other in ipairs(similar) do
-  if redis.call('HGET', P .. ':q:' .. other, 'namespace') == ns then
-    redis.call('SADD', P .. ':q:' .. q .. ':nbr', other)
-    redis.call('SADD', P .. ':q:' .. other .. ':nbr', q)
+local degree = tonumber(plan.degree) or 0
+local function link(a, b, w)
+  local key = k('q.nbr', a)
+  redis.call('ZADD', key, 'GT', w, b)
+  if degree > 0 then redis.call('ZREMRANGEBYRANK', key, 0, -(degree + 1)) end
+end
+if plan.similar ~= cjson.null then
+  local scores = plan.similar_scores
+  for n, other in ipairs(plan.similar) do
+    if other ~= q and redis.call('EXISTS', k('q', other)) == 1 then
+      local w = 1.0
+      if scores ~= cjson.null and scores[n] then w = tonumber(scores[n]) end
+      link(q, other, w)
+      link(other, q, w)
+    end
   end
 end
 
@@ -85,30 +132,34 @@ end
 local outcomes = {}
 local created = {}
 local linked = {}   -- new or revised active nodes, for the edge update (Eq. 18)
-local texts = P .. ':ns:' .. ns .. ':texts'
+local texts = N .. ':texts'
 
-local function active_twin(key)
-  if not key or key == cjson.null then return nil end
-  local twin = redis.call('HGET', texts, key)
-  if twin and node_ok(twin) and redis.call('HGET', ins(twin), 'state') == 'active' then return twin end
+-- an active insight this text repeats: the same normalised text, else the near twin found before
+local function active_twin(e)
+  local candidates = {}
+  if e.text_key and e.text_key ~= cjson.null then table.insert(candidates, redis.call('HGET', texts, e.text_key)) end
+  if e.twin and e.twin ~= cjson.null then table.insert(candidates, e.twin) end
+  for _, twin in ipairs(candidates) do
+    if twin and exists(twin) and redis.call('HGET', ins(twin), 'state') == 'active' then return twin end
+  end
   return nil
 end
 
 for _, e in ipairs(plan.edits) do
   local o = {op = e.op, insight_id = e.insight_id, outcome = 'rejected'}
   if e.op == 'ADD' then
-    local twin = active_twin(e.text_key)
+    local twin = active_twin(e)
     if twin then
       -- no twin; a resolved task is positive evidence for the insight it re-proposed
       if plan.status == 'resolved' then
-        redis.call('SADD', ins(twin) .. ':pos', q)
-        touch(twin)
+        positive(twin, q)
+        touch(twin, false)
       end
       o.insight_id = twin
       o.outcome = 'duplicate'
     else
-      create(e.new_id, e.text, nil)
-      redis.call('SADD', ins(e.new_id) .. ':pos', q)
+      create(e.new_id, e.text, nil, e.bands)
+      positive(e.new_id, q)
       redis.call('HSET', texts, e.text_key, e.new_id)
       o.insight_id = cjson.null
       o.outcome = 'added'
@@ -116,19 +167,19 @@ for _, e in ipairs(plan.edits) do
       table.insert(created, e.new_id)
       table.insert(linked, e.new_id)
     end
-  elseif node_ok(e.insight_id) then
+  elseif exists(e.insight_id) then
     local id = e.insight_id
     local state = redis.call('HGET', ins(id), 'state')
     if e.op == 'KEEP' then
-      redis.call('SADD', ins(id) .. ':pos', q)
-      touch(id)
+      positive(id, q)
+      touch(id, false)
       if state == 'active' then
         o.outcome = 'kept'
       else
         local tip = active_tip(id)
         if tip then
-          redis.call('SADD', ins(tip) .. ':pos', q)
-          touch(tip)
+          positive(tip, q)
+          touch(tip, false)
           o.outcome = 'forwarded'
           o.forwarded_to = tip
         else
@@ -136,28 +187,26 @@ for _, e in ipairs(plan.edits) do
         end
       end
     else
-      redis.call('SADD', ins(id) .. ':neg', q)
+      negative(id, q)
       local twin = nil
-      if e.op == 'REVISE' and state == 'active' then twin = active_twin(e.text_key) end
+      if e.op == 'REVISE' and state == 'active' then twin = active_twin(e) end
       if twin and twin ~= id then
         -- the revised text is already an active insight: revise into it rather than make a twin
         redis.call('HSET', ins(id), 'state', 'archived', 'revised_to', twin)
-        touch(id)
-        redis.call('SUNIONSTORE', ins(twin) .. ':pos', ins(twin) .. ':pos', ins(id) .. ':pos')
-        redis.call('SADD', ins(twin) .. ':pos', q)
-        touch(twin)
+        touch(id, true)
+        inherit(twin, id)
+        positive(twin, q)
+        touch(twin, true)
         o.outcome = 'merged'
         o.new_id = twin
         table.insert(linked, twin)
       elseif e.op == 'REVISE' and state == 'active' then
         redis.call('HSET', ins(id), 'state', 'archived', 'revised_to', e.new_id)
-        touch(id)
-        create(e.new_id, e.text, id)
-        redis.call('SUNIONSTORE', ins(e.new_id) .. ':pos', ins(id) .. ':pos')
-        redis.call('SADD', ins(e.new_id) .. ':pos', q)
-        if e.text_key and e.text_key ~= cjson.null then
-          redis.call('HSET', P .. ':ns:' .. ns .. ':texts', e.text_key, e.new_id)
-        end
+        touch(id, true)
+        create(e.new_id, e.text, id, e.bands)
+        inherit(e.new_id, id)
+        positive(e.new_id, q)
+        if e.text_key and e.text_key ~= cjson.null then redis.call('HSET', texts, e.text_key, e.new_id) end
         o.outcome = 'revised'
         o.new_id = e.new_id
         table.insert(created, e.new_id)
@@ -168,8 +217,8 @@ for _, e in ipairs(plan.edits) do
           if plan.archive_policy == 'immediate' then
             archive = true
           else
-            local neg = redis.call('SCARD', ins(id) .. ':neg')
-            local pos = redis.call('SCARD', ins(id) .. ':pos')
+            local neg = redis.call('SCARD', k('ins.neg', id))
+            local pos = redis.call('SCARD', k('ins.pos', id))
             archive = neg >= math.max(1, plan.archive_ratio * pos)
           end
         end
@@ -179,7 +228,7 @@ for _, e in ipairs(plan.edits) do
         else
           o.outcome = 'negative_evidence'
         end
-        touch(id)
+        touch(id, archive)
       end
     end
   end
@@ -187,14 +236,14 @@ for _, e in ipairs(plan.edits) do
   local record = cjson.encode({event_id = plan.event_id, op = e.op, outcome = o.outcome,
     insight_id = o.insight_id or cjson.null, new_id = o.new_id or o.forwarded_to or cjson.null,
     query_id = q, decided_by = e.decided_by, at = at})
-  redis.call('XADD', P .. ':history', 'MAXLEN', '~', history_maxlen, '*', 'record', record)
+  redis.call('XADD', P .. ':history', 'MAXLEN', '~', history_maxlen, '*', 'ns', ns, 'record', record)
   -- a rejected edit named a node it could not touch: it stays out of that node's history.
   -- (numeric loop: new_id is nil for a forwarded KEEP, and ipairs would stop at that hole)
   if o.outcome ~= 'rejected' then
     local hids = {o.insight_id, o.new_id, o.forwarded_to}
     for i = 1, 3 do
       local hid = hids[i]
-      if hid and hid ~= cjson.null then redis.call('RPUSH', ins(hid) .. ':hist', record) end
+      if hid and hid ~= cjson.null then redis.call('RPUSH', k('ins.hist', hid), record) end
     end
   end
 end
@@ -202,17 +251,23 @@ end
 if plan.status == 'resolved' then
   for _, b in ipairs(linked) do
     for _, a in ipairs(plan.retrieved) do
-      if a ~= b and node_ok(a) then redis.call('SADD', ins(b) .. ':edges', a .. '|' .. q) end
+      if a ~= b and exists(a) then redis.call('SADD', k('ins.edges', b), a .. '|' .. q) end
     end
   end
 end
 
+if query_changed then
+  local v = redis.call('HINCRBY', qkey, 'version', 1)
+  redis.call('XADD', P .. ':changes', 'MAXLEN', '~', changes_maxlen, '*', 'kind', 'query', 'ns', ns,
+    'id', q, 'version', v)
+end
 for _, id in ipairs(changed_order) do
-  redis.call('XADD', P .. ':changes', 'MAXLEN', '~', changes_maxlen, '*', 'kind', 'insight', 'id', id,
-    'version', changed[id])
+  redis.call('XADD', P .. ':changes', 'MAXLEN', '~', changes_maxlen, '*', 'kind', 'insight', 'ns', ns,
+    'id', id, 'version', changed[id])
 end
 
-local result = {event_id = plan.event_id, replayed = false, outcomes = outcomes, created = created}
+local result = {event_id = plan.event_id, replayed = false, outcomes = outcomes, created = created,
+  digest = plan.digest}
 if #created == 0 then result.created = cjson.decode('[]') end
 if #outcomes == 0 then result.outcomes = cjson.decode('[]') end
 local encoded = cjson.encode(result)
