@@ -390,7 +390,7 @@ class InMemoryGraphStore:
     # -- projection ------------------------------------------------------------------------------
     def changes(self, after: str, count: int) -> list[Change]:
         with self._lock:
-            start = int(after or 0)
+            start = 0 if after in ("", "0-0") else int(after)  # "0-0": a projector's first cursor
             return self._changes[start : start + count]
 
     def query_points(self, refs: Collection[EventKey]) -> dict[EventKey, QueryPoint]:
