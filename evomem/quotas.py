@@ -1,0 +1,79 @@
+"""Per-namespace quotas: events, event bytes and retrievals a minute, counted in Redis so that every
+process writing to one memory shares them. A shared Redis never evicts, so one runaway tenant would
+otherwise fill it for everyone."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from evomem import keys
+from evomem.errors import QuotaExceededError, TransientError
+from evomem.redis_server import Client
+from evomem.settings import Settings
+
+WINDOW_S = 60
+
+
+def _key(window: int, kind: str, namespace: str) -> str:
+    # the namespace is the last part, after fixed ones: no namespace's key can be another's
+    return f"{keys.PREFIX}:quota:{window}:{kind}:{namespace}"
+
+
+class Quotas:
+    """Fixed one-minute windows: a call past a limit is refused until the window ends."""
+
+    def __init__(self, client: Client, settings: Settings) -> None:
+        self.r = client
+        self.events = settings.quota_events_per_minute
+        self.event_bytes = settings.quota_event_bytes_per_minute
+        self.retrievals = settings.quota_retrievals_per_minute
+
+    def charge_event(self, namespace: str, size: int) -> None:
+        """Count one event of ``size`` bytes; ``QuotaExceededError`` if either limit is passed."""
+        limits = [
+            (kind, limit, n)
+            for kind, limit, n in (("events", self.events, 1), ("bytes", self.event_bytes, size))
+            if limit
+        ]
+        if not limits:
+            return
+        try:
+            counts = self._incr(namespace, [(kind, n) for kind, _, n in limits])
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            raise TransientError("redis unreachable; the event was not published") from exc
+        for (kind, limit, _), count in zip(limits, counts, strict=True):
+            if count > limit:
+                unit = "bytes of events" if kind == "bytes" else "events"
+                what = f"namespace {namespace!r} reported more than {limit} {unit} this minute"
+                raise QuotaExceededError(what, self.retry_after_s())
+
+    def charge_retrieval(self, namespace: str) -> None:
+        """Count one retrieval; retrieval fails open, so an unreachable Redis counts nothing."""
+        if not self.retrievals:
+            return
+        try:
+            (count,) = self._incr(namespace, [("retrievals", 1)])
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return
+        if count > self.retrievals:
+            what = f"namespace {namespace!r} made more than {self.retrievals} retrievals this minute"
+            raise QuotaExceededError(what, self.retry_after_s())
+
+    def _incr(self, namespace: str, amounts: list[tuple[str, int]]) -> list[int]:
+        window = int(time.time() // WINDOW_S)
+        pipe = self.r.pipeline(transaction=False)
+        for kind, n in amounts:
+            key = _key(window, kind, namespace)
+            pipe.incrby(key, n)
+            pipe.expire(key, 2 * WINDOW_S)
+        replies = pipe.execute()
+        return [int(c) for c in replies[::2]]
+
+    @staticmethod
+    def retry_after_s() -> float:
+        return float(WINDOW_S - int(time.time()) % WINDOW_S)
+
+
+__all__ = ["Quotas"]
