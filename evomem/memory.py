@@ -82,9 +82,13 @@ def store_errors(action: str) -> Iterator[None]:
         yield
     except EvomemError:
         raise
+    except redis.AuthenticationError as exc:
+        raise ConfigError(f"redis refused the credentials of EVOMEM_REDIS_URL while {action}") from exc
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise TransientError(f"redis unreachable while {action}") from exc
     except redis.ResponseError as exc:
+        if str(exc).startswith(("WRONGPASS", "NOAUTH", "NOPERM")):
+            raise ConfigError(f"redis refused the credentials of EVOMEM_REDIS_URL while {action}") from exc
         raise StoreError(f"the store refused a command while {action}: {exc}") from exc
     except RecursionError:
         raise InvalidEventError("event", "nested too deeply") from None
@@ -140,10 +144,12 @@ class Memory:
         if self.projector is not None:
             try:
                 self.projector.run_once()  # catch up with whatever changed while no projector ran
-            except Exception:
+            except (redis.ConnectionError, redis.TimeoutError, TransientError):
+                raise
+            except Exception as exc:
                 # the store still serves; a follower retries (and health shows it), and a memory
                 # that does not follow meets the error again at its next consolidate()
-                log.exception("projector.catch_up_failed")
+                log.warning("projector.catch_up_failed", error=f"{type(exc).__name__}: {exc}")
 
     @classmethod
     def open(cls, settings: Settings | None = None, *, index: bool = True) -> Memory | RemoteMemory:
@@ -171,6 +177,8 @@ class Memory:
             url = settings.redis_url
         client = connect(url)
         try:
+            with store_errors("opening the memory"):
+                client.ping()  # fail here, clearly, rather than at the first call
             vector_index = open_index(settings) if index else None
         except StoreLockedError as exc:
             client.close()
@@ -191,7 +199,8 @@ class Memory:
                 embedded.release()
             raise
         try:
-            return cls(settings, client, vector_index, embedded)
+            with store_errors("opening the memory"):
+                return cls(settings, client, vector_index, embedded)
         except BaseException:
             if vector_index is not None:
                 vector_index.close()

@@ -5,6 +5,7 @@ counts it in the metrics before the answer leaves, and tells the request hooks i
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -57,6 +58,12 @@ class RequestRecord:
 
 RequestHook = Callable[[RequestRecord], None]
 
+#: The request being served, in the event loop and in the worker thread that runs its work (anyio
+#: copies the context): code on the request's path can add its own stage timings to it.
+current_request: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
+    "evomem_request", default=None
+)
+
 
 @dataclass(slots=True)
 class _Call:
@@ -104,6 +111,7 @@ class Api:
             record = RequestRecord(spec.name, request.method, started_ns=clock())
             stages = record.stages_ns
             read_all = spec.request is None
+            token = current_request.set(record)
             try:
                 self._guard(request, spec)
                 t0 = clock()
@@ -124,6 +132,8 @@ class Api:
                 record.status = response.status_code
             except Exception as exc:
                 response = self._error(exc, spec, body_name, record, read_all)
+            finally:
+                current_request.reset(token)
             record.total_ns = clock() - record.started_ns
             self._done(record)
             return response
@@ -310,4 +320,4 @@ def create_app(service: RetrievalService, settings: Settings) -> tuple[Starlette
     return app, api
 
 
-__all__ = ["Api", "RequestHook", "RequestRecord", "create_app"]
+__all__ = ["Api", "RequestHook", "RequestRecord", "create_app", "current_request"]
