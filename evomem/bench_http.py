@@ -703,9 +703,7 @@ def _stage_rows(records: list[RequestRecord]) -> list[dict[str, int]]:
             row[k] = r.get(k, 0)
         row["retrieve_other"] = r.get("_retrieve_total", 0) - sum(r.get(k, 0) for k in _RETRIEVE_STEPS)
         row["response_build"] = r.get("retrieve", 0) - r.get("_retrieve_total", 0)
-        row["thread_hop"] = r.get("threaded", 0) - sum(
-            r.get(k, 0) for k in ("validate", "retrieve", "serialise")
-        )
+        row["thread_hop"] = r.get("work", 0) - sum(r.get(k, 0) for k in ("validate", "retrieve", "serialise"))
         row["server_total"] = rec.total_ns
         row["server_other"] = row["server_total"] - sum(row[k] for k in SERVER_STAGES if k != "server_other")
         rows.append(row)

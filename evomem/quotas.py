@@ -4,6 +4,7 @@ otherwise fill it for everyone."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import redis
@@ -14,6 +15,10 @@ from evomem.redis_server import Client
 from evomem.settings import Settings
 
 WINDOW_S = 60
+#: Retrievals are counted here and added to Redis at most this often per namespace: a round trip on
+#: every retrieval was a tenth of its latency. A process may run past the limit by this much time's
+#: worth of its own retrievals.
+RETRIEVAL_SYNC_S = 0.25
 
 
 def _key(window: int, kind: str, namespace: str) -> str:
@@ -29,6 +34,9 @@ class Quotas:
         self.events = settings.quota_events_per_minute
         self.event_bytes = settings.quota_event_bytes_per_minute
         self.retrievals = settings.quota_retrievals_per_minute
+        self._lock = threading.Lock()
+        # namespace -> [window, retrievals not yet added to Redis, total as Redis last said, synced at]
+        self._local: dict[str, list[float]] = {}
 
     def charge_event(self, namespace: str, size: int) -> None:
         """Count one event of ``size`` bytes; ``QuotaExceededError`` if either limit is passed."""
@@ -53,10 +61,25 @@ class Quotas:
         """Count one retrieval; retrieval fails open, so an unreachable Redis counts nothing."""
         if not self.retrievals:
             return
-        try:
-            (count,) = self._incr(namespace, [("retrievals", 1)])
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            return
+        now = time.time()
+        window = int(now // WINDOW_S)
+        with self._lock:
+            state = self._local.get(namespace)
+            if state is None or state[0] != window:
+                state = self._local[namespace] = [window, 0.0, 0.0, 0.0]
+            state[1] += 1
+            count = state[2] + state[1]
+            due = now - state[3] >= RETRIEVAL_SYNC_S
+            if due:
+                delta, state[1], state[3] = int(state[1]), 0.0, now
+        if due:
+            try:
+                (count,) = self._incr(namespace, [("retrievals", delta)])
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                return
+            with self._lock:
+                if self._local.get(namespace, [None])[0] == window:
+                    self._local[namespace][2] = count
         if count > self.retrievals:
             what = f"namespace {namespace!r} made more than {self.retrievals} retrievals this minute"
             raise QuotaExceededError(what, self.retry_after_s())

@@ -165,7 +165,7 @@ class RetrievalService:
                 nxt = self.memory.redis.xrange(
                     keys.CHANGES_STREAM, min=f"({projector.cursor}", max="+", count=1
                 )
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
+            except (redis.RedisError, OSError):
                 # nothing is known since Redis last answered: the index is at least that much behind
                 seen_at, lag_then = self._redis_seen
                 value = lag_then + (now - seen_at)
@@ -182,7 +182,7 @@ class RetrievalService:
         projector = self.memory.projector
         try:
             return projector.lag() if projector is not None else 0
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
+        except (redis.RedisError, OSError):
             return -1
 
 
