@@ -764,7 +764,7 @@ PROFILE_GROUPS = (
     ("threads, locks, futures: hand-offs", ("threading", "concurrent/futures", "_thread")),
 )
 #: Where the event loop waits for the network: not time spent on a request.
-_IDLE = ("select.epoll", "poll' of 'select", "epoll")
+_IDLE = ("select.epoll", "epoll", "_lsprof")
 
 
 def cprofile_requests(
