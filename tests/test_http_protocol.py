@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from pipeline_helpers import wait_for
 from pydantic import SecretStr
 
 from evomem import Settings
@@ -365,3 +366,53 @@ def test_answers_are_not_held_back_by_nagles_algorithm(server: EvomemHTTPServer)
     delayed ACK (~40 ms). Accepted connections inherit the listener's option."""
     assert server.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
     assert server.socket.proto == socket.IPPROTO_TCP  # what asyncio checks before setting it itself
+
+
+def test_staleness_is_not_zero_while_redis_is_unreachable(tmp_path: Any) -> None:
+    from evomem.redis_server import EmbeddedRedis
+
+    own = EmbeddedRedis(tmp_path / "redis")
+    settings = Settings(data_dir=tmp_path / "data", redis_url=own.ensure(), http_port=0)
+    srv = build_server(settings)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        wire = Wire(srv)
+        wire.send(request("POST", "/v1/retrieve", RETRIEVE.replace(b"alpha", b"default"), token=None))
+        status, _, body = wire.response()
+        assert status == 200 and json.loads(body)["stale"]["projector_lag_s"] == 0
+        own.stop()
+
+        def stale_s() -> float:
+            wire.send(request("POST", "/v1/retrieve", RETRIEVE.replace(b"alpha", b"default"), token=None))
+            status, _, body = wire.response()
+            assert status == 200  # retrieval fails open
+            return float(json.loads(body)["stale"]["projector_lag_s"])
+
+        # once past the staleness cache (0.1 s), an unknown lag must not read as "in step"
+        wait_for(lambda: stale_s() > 0, 10, "staleness to stop reading 0 with Redis away")
+        wire.send(request("GET", "/v1/insights/some-id", token=None))
+        assert wire.response()[0] == 503  # a store briefly away, not a server error
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        srv.service.memory.close()
+        own.stop()
+
+
+def test_retrieval_and_event_byte_quotas_refuse_with_a_quota_error(
+    settings: Settings, redis_client: Any
+) -> None:
+    from evomem import Memory, QuotaExceededError
+
+    limited = settings.model_copy(
+        update={"quota_retrievals_per_minute": 3, "quota_event_bytes_per_minute": 2000}
+    )
+    with Memory.open_local(limited) as mem:
+        with pytest.raises(QuotaExceededError) as err:
+            for _ in range(7):  # within two one-minute windows at most
+                mem.retrieve("q", "alpha")
+        assert "retrievals" in str(err.value)
+        with pytest.raises(QuotaExceededError) as err:
+            mem.report(None, namespace="alpha", query="q" * 3000, status="failed")
+        assert "bytes" in str(err.value) and err.value.retry_after_s >= 1
+        mem.report(None, namespace="beta", query="q", status="failed")  # its own budget
