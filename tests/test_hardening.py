@@ -297,6 +297,9 @@ def password_redis(tmp_path: Path) -> Iterator[str]:
     client.config_set("requirepass", "right")
     client.close()
     yield str(server.socket)
+    client = redis.Redis(unix_socket_path=str(server.socket), password="right")
+    client.config_set("requirepass", "")  # so that stop() can shut it down
+    client.close()
     server.stop()
 
 
