@@ -16,6 +16,7 @@ import json
 import os
 import pstats
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,14 +32,13 @@ from unittest import mock
 import numpy as np
 from pydantic import SecretStr
 
-from evomem import bench
+from evomem import bench, keys
 from evomem import retriever as retriever_module
 from evomem.errors import TransientError
 from evomem.memory import Memory
 from evomem.redis_server import EmbeddedRedis
 from evomem.retrieval import rank_insights
-from evomem.service import server as server_module
-from evomem.service.api import RetrieveRequest
+from evomem.service.routes import RequestRecord, current_request
 from evomem.service.server import EvomemHTTPServer, build_server
 from evomem.settings import Settings
 
@@ -48,7 +48,7 @@ DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_SCALE = (10_000, 100_000, 1_000_000)
 #: Query nodes in every dataset of the scale curve: the headline's, so that only the insights vary.
 DEFAULT_SCALE_QUERIES = 100_000
-VARIANTS = ("shipped", "nagle")
+VARIANTS = ("shipped", "current", "baseline")
 HTTP_KEY, SCALE_KEY = "http", "scale"
 RETRIEVE_PATH = "/v1/retrieve"
 _TASK_SEED_OFFSET = 7919  # the retrieval benchmark's: its timed tasks come from the same generator seed
@@ -106,8 +106,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--variants",
         default="shipped",
-        help="shipped: the server as it is; nagle: the same with Nagle's algorithm left on, as it was "
-        "before f6c2d4a, for comparison (bench/README.md) (default: %(default)s)",
+        help="shipped: the service in this process (its stages are profiled); current: `evomem serve` "
+        "of this tree in its own process; baseline: the same of the commit --baseline names, for a "
+        "before/after comparison in one run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        metavar="REF",
+        help="a commit of this repository whose server the `baseline` variant runs (needs git)",
     )
     parser.add_argument(
         "--scale",
@@ -367,8 +374,8 @@ def loadgen_main() -> int:
 class LoadGenerator:
     """The load generator process, started once and given one job per level."""
 
-    def __init__(self, host: str, port: int, tokens: dict[str, str]) -> None:
-        self.host, self.port, self.tokens = host, port, tokens
+    def __init__(self, tokens: dict[str, str]) -> None:
+        self.tokens = tokens
         env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "evomem.bench_http", "--loadgen"],
@@ -378,10 +385,12 @@ class LoadGenerator:
             env=env,
         )
 
-    def run(self, tasks: list[Task], *, concurrency: int, warmup: int, max_seconds: float) -> dict[str, Any]:
+    def run(
+        self, target: Target, tasks: list[Task], *, concurrency: int, warmup: int, max_seconds: float
+    ) -> dict[str, Any]:
         job = {
-            "host": self.host,
-            "port": self.port,
+            "host": target.host,
+            "port": target.port,
             "concurrency": concurrency,
             "warmup": warmup,
             "max_seconds": max_seconds,
@@ -402,8 +411,8 @@ class LoadGenerator:
         out: dict[str, Any] = json.loads(line)
         return out
 
-    def connect_burst(self, concurrency: int) -> dict[str, Any]:
-        job = {"kind": "connect_burst", "host": self.host, "port": self.port, "concurrency": concurrency}
+    def connect_burst(self, target: Target, concurrency: int) -> dict[str, Any]:
+        job = {"kind": "connect_burst", "host": target.host, "port": target.port, "concurrency": concurrency}
         return self._ask(job)
 
     def close(self) -> None:
@@ -419,29 +428,29 @@ class LoadGenerator:
 
 
 # --------------------------------------------------------------------------------------------------
-# The server side: the service of evomem/service in this process, in a thread.
+# The servers: "shipped" is the service of evomem/service in this process, in a thread (its stages
+# can be timed); "current" and "baseline" are `evomem serve` processes of this source tree and of
+# an older commit (--baseline REF), each on its own copy of the Qdrant store, started and warmed the
+# same way, so that the two compare like for like in one run.
 
 
-class _NagleHandler(server_module._Handler):
-    """The shipped handler with Nagle's algorithm left on, as before f6c2d4a. The handler writes the
-    status line and headers, then the body, in two sends: with Nagle on, the body waits for the
-    client's delayed ACK of the headers (~40 ms on Linux)."""
+class Target:
+    """A server the load generator can drive, and the CPU time of the process that serves it."""
 
-    disable_nagle_algorithm = False
+    def __init__(self, host: str, port: int, pid: int | None = None) -> None:
+        self.host, self.port, self.pid = host, port, pid
 
-
-HANDLERS: dict[str, type[server_module._Handler]] = {
-    "shipped": server_module._Handler,
-    "nagle": _NagleHandler,
-}
+    def cpu_s(self) -> float:
+        if self.pid is None:
+            return time.process_time()
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
 def running_server(settings: Settings, mem: Memory) -> Iterator[EvomemHTTPServer]:
     server = build_server(settings, mem)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True, name="bench-http-server"
-    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True, name="bench-http-server")
     thread.start()
     try:
         yield server
@@ -451,8 +460,69 @@ def running_server(settings: Settings, mem: Memory) -> Iterator[EvomemHTTPServer
         thread.join(timeout=10)
 
 
+def baseline_tree(ref: str, into: Path) -> Path:
+    """The ``evomem`` and ``schemas`` packages of commit ``ref`` of this repository, under ``into``."""
+    repo = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", ref, "evomem", "schemas"], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        raise SystemExit(f"--baseline {ref}: git archive failed: {archive.stderr.decode().strip()}")
+    into.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+@contextlib.contextmanager
+def server_process(
+    name: str, source: Path, settings: Settings, mem: Memory, root: Path, tokens: dict[str, str]
+) -> Iterator[Target]:
+    """``serve()`` of the tree at ``source`` in its own process, on a copy of the loaded Qdrant store
+    (the embedded store is held by one process) and the same Redis."""
+    assert mem.projector is not None
+    data = root / f"serve-{name}"
+    shutil.copytree(settings.data_dir / "qdrant", data / "qdrant")
+    # the copy is in step with the feed: start its projector where the original's is
+    mem.redis.set(keys.projector_cursor(f"edge:{(data / 'qdrant').resolve()}"), mem.projector.cursor)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
+    socket_path = mem.redis.connection_pool.connection_kwargs.get("path")
+    env.update(
+        PYTHONPATH=str(source),
+        EVOMEM_DATA_DIR=str(data),
+        EVOMEM_REDIS_URL=f"unix://{socket_path}" if socket_path else str(settings.redis_url),
+        EVOMEM_TOKENS=token_spec(tokens),
+        EVOMEM_HTTP_PORT="0",
+    )
+    code = "from evomem.settings import Settings; from evomem.service.server import serve; serve(Settings())"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=data,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if "retrieval service on http://" not in line:
+            raise RuntimeError(f"the {name} server did not start ({proc.wait()}); its stderr is above")
+        host, port = line.rsplit("http://", 1)[1].strip().rsplit(":", 1)
+        yield Target(host, int(port), proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def measure_http(
-    server: EvomemHTTPServer,
+    target: Target,
     gen: LoadGenerator,
     variant: str,
     tasks: list[Task],
@@ -461,11 +531,10 @@ def measure_http(
     warmup: int,
     max_seconds: float,
 ) -> dict[str, Any]:
-    server.RequestHandlerClass = HANDLERS[variant]
     gc.collect()
-    cpu0 = time.process_time()
-    raw = gen.run(tasks, concurrency=concurrency, warmup=warmup, max_seconds=max_seconds)
-    server_cpu = time.process_time() - cpu0  # this process: handler threads, projector, record writer
+    cpu0 = target.cpu_s()
+    raw = gen.run(target, tasks, concurrency=concurrency, warmup=warmup, max_seconds=max_seconds)
+    server_cpu = target.cpu_s() - cpu0  # the serving process: loop, worker threads, projector, records
     lat: list[int] = raw["latencies_ns"]
     ok = raw["statuses"].get(200, 0)
     out = {
@@ -543,13 +612,14 @@ def measure_in_process(
 
 
 # --------------------------------------------------------------------------------------------------
-# The profile of one request: the server's steps timed inside the real handler (wrapped, not changed),
-# paired with what the client saw for the same request; then a cProfile of the handler thread.
+# The profile of one request: the service's own stage timings (``RequestRecord.stages_ns``, handed
+# to the request hooks) with the retriever's steps added through ``routes.current_request`` by
+# proxies around the retriever's collaborators, paired with what the client saw for the same
+# request; then a cProfile of the event loop and of the worker thread.
 
 SERVER_STAGES = (
-    "http_parse",
-    "read_body",
     "auth",
+    "read_body",
     "validate",
     "embed",
     "similar",
@@ -559,175 +629,82 @@ SERVER_STAGES = (
     "retrieve_other",
     "response_build",
     "serialise",
-    "send",
-    "metrics",
+    "thread_hop",
     "server_other",
 )
 _RETRIEVE_STEPS = ("embed", "similar", "expand", "candidates", "rank")
 
 
-class _Recorder(threading.local):
-    """The open request of this thread: stage → ns. Calls on other threads (the projector, the
-    record writer) have no open request and are not counted."""
-
-    current: dict[str, int] | None = None
-    started: int = 0
+def _add_stage(stage: str, ns: int) -> None:
+    record = current_request.get()
+    if record is not None:  # calls outside a request (the projector, the record writer) are not counted
+        record.stages_ns[stage] = record.stages_ns.get(stage, 0) + ns
 
 
-class _Timings:
-    def __init__(self) -> None:
-        self.local = _Recorder()
-        self.records: list[dict[str, int]] = []
-        self._lock = threading.Lock()
+def _timed(stage: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    clock = time.perf_counter_ns
 
-    def add(self, stage: str, ns: int) -> None:
-        cur = self.local.current
-        if cur is not None:
-            cur[stage] = cur.get(stage, 0) + ns
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _add_stage(stage, clock() - t0)
 
-    def timed(self, stage: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        clock = time.perf_counter_ns
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t0 = clock()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.add(stage, clock() - t0)
-
-        return wrapper
-
-    def begin(self) -> None:
-        self.local.current = {}
-        self.local.started = time.perf_counter_ns()
-
-    def end(self) -> None:
-        cur = self.local.current
-        if cur is None:
-            return
-        cur["server_total"] = time.perf_counter_ns() - self.local.started
-        self.local.current = None
-        with self._lock:
-            self.records.append(cur)
+    return wrapper
 
 
 class _TimedProxy:
     """Stands in for a collaborator of the retriever and times the named methods."""
 
-    def __init__(self, target: Any, stages: dict[str, str], timings: _Timings) -> None:
-        self._target, self._stages, self._timings = target, stages, timings
+    def __init__(self, target: Any, stages: dict[str, str]) -> None:
+        self._target, self._stages = target, stages
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._target, name)
         stage = self._stages.get(name)
-        return self._timings.timed(stage, attr) if stage else attr
-
-
-def _unbound(fn: Callable[..., Any], wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Any:
-    """A method replacement for a class: ``wrap`` around the original, ``self`` passed through."""
-    wrapped = wrap(fn)
-
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return wrapped(self, *args, **kwargs)
-
-    return method
+        return _timed(stage, attr) if stage else attr
 
 
 @contextlib.contextmanager
-def instrumented(server: EvomemHTTPServer, timings: _Timings) -> Iterator[None]:
-    handler = server_module._Handler
-    svc = server.service
-    retriever = svc.memory.retriever
-    t = timings
-
-    def begin_then(fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t.begin()
-            return t.timed("http_parse", fn)(*args, **kwargs)
-
-        return wrapper
-
-    def then_end(fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                t.end()
-
-        return wrapper
-
-    validate = t.timed("validate", RetrieveRequest.model_validate_json)
-
-    class _Validate:  # stands in for the request model the handler validates the body with
-        @staticmethod
-        def model_validate_json(data: bytes) -> Any:
-            return validate(data)
-
-    original_retrieve = retriever.retrieve
-    original_service = svc.retrieve
-
-    def retrieve(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter_ns()
-        try:
-            return original_retrieve(*args, **kwargs)
-        finally:
-            t.add("_retrieve_total", time.perf_counter_ns() - t0)
-
-    def service(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter_ns()
-        try:
-            return original_service(*args, **kwargs)
-        finally:
-            t.add("_service_total", time.perf_counter_ns() - t0)
-
+def instrumented(server: EvomemHTTPServer, records: list[RequestRecord]) -> Iterator[None]:
+    """Every retrieve request's record appended to ``records``, with the retriever's steps in it."""
+    retriever = server.service.memory.retriever
+    hook = records.append
     with contextlib.ExitStack() as stack:
         patch = stack.enter_context
-        patch(mock.patch.object(handler, "parse_request", _unbound(handler.parse_request, begin_then)))
-        patch(
-            mock.patch.object(handler, "handle_one_request", _unbound(handler.handle_one_request, then_end))
-        )
-        patch(mock.patch.object(handler, "_body", _unbound(handler._body, lambda f: t.timed("read_body", f))))
-        patch(
-            mock.patch.object(
-                handler, "_principal", _unbound(handler._principal, lambda f: t.timed("auth", f))
-            )
-        )
-        patch(mock.patch.object(handler, "_json", _unbound(handler._json, lambda f: t.timed("_respond", f))))
-        patch(mock.patch.object(handler, "_send", _unbound(handler._send, lambda f: t.timed("send", f))))
-        patch(mock.patch.object(server_module, "RetrieveRequest", _Validate))
-        patch(mock.patch.object(svc.metrics, "observe", t.timed("metrics", svc.metrics.observe)))
-        patch(mock.patch.object(svc, "retrieve", service))
-        patch(mock.patch.object(retriever, "retrieve", retrieve))
-        patch(
-            mock.patch.object(retriever, "embedder", _TimedProxy(retriever.embedder, {"embed": "embed"}, t))
-        )
+        patch(mock.patch.object(retriever, "retrieve", _timed("_retrieve_total", retriever.retrieve)))
+        patch(mock.patch.object(retriever, "embedder", _TimedProxy(retriever.embedder, {"embed": "embed"})))
         patch(
             mock.patch.object(
                 retriever,
                 "index",
                 _TimedProxy(
-                    retriever.index, {"search_queries": "similar", "candidate_insights": "candidates"}, t
+                    retriever.index, {"search_queries": "similar", "candidate_insights": "candidates"}
                 ),
             )
         )
-        patch(
-            mock.patch.object(retriever, "graph", _TimedProxy(retriever.graph, {"neighbours": "expand"}, t))
-        )
-        patch(mock.patch.object(retriever_module, "rank_insights", t.timed("rank", rank_insights)))
-        yield
+        patch(mock.patch.object(retriever, "graph", _TimedProxy(retriever.graph, {"neighbours": "expand"})))
+        patch(mock.patch.object(retriever_module, "rank_insights", _timed("rank", rank_insights)))
+        server.api.hooks.append(hook)
+        try:
+            yield
+        finally:
+            server.api.hooks.remove(hook)
 
 
-def _stage_rows(records: list[dict[str, int]]) -> list[dict[str, int]]:
-    """Raw per-request timings → the SERVER_STAGES, each request's stages summing to its total."""
+def _stage_rows(records: list[RequestRecord]) -> list[dict[str, int]]:
+    """Request records → the SERVER_STAGES, each request's stages summing to its total."""
     rows = []
-    for r in records:
-        row = {k: r.get(k, 0) for k in ("http_parse", "read_body", "auth", "validate", "send", "metrics")}
+    for rec in records:
+        r = rec.stages_ns
+        row = {k: r.get(k, 0) for k in ("auth", "read_body", "validate", "serialise")}
         for k in _RETRIEVE_STEPS:
             row[k] = r.get(k, 0)
         row["retrieve_other"] = r.get("_retrieve_total", 0) - sum(r.get(k, 0) for k in _RETRIEVE_STEPS)
-        row["response_build"] = r.get("_service_total", 0) - r.get("_retrieve_total", 0)
-        row["serialise"] = r.get("_respond", 0) - r.get("send", 0)
-        row["server_total"] = r["server_total"]
+        row["response_build"] = r.get("retrieve", 0) - r.get("_retrieve_total", 0)
+        row["thread_hop"] = r.get("work", 0) - sum(r.get(k, 0) for k in ("validate", "retrieve", "serialise"))
+        row["server_total"] = rec.total_ns
         row["server_other"] = row["server_total"] - sum(row[k] for k in SERVER_STAGES if k != "server_other")
         rows.append(row)
     return rows
@@ -737,15 +714,11 @@ def profile_requests(
     server: EvomemHTTPServer, gen: LoadGenerator, variant: str, tasks: list[Task], warmup: int
 ) -> dict[str, Any]:
     """One request at a time from the load generator; each request's server steps beside its latency."""
-    timings = _Timings()
-    server.RequestHandlerClass = HANDLERS[variant]
-    with instrumented(server, timings):
-        raw = gen.run(tasks, concurrency=1, warmup=warmup, max_seconds=120)
-        # the client can have the last answer before its handler has closed the record
-        deadline = time.monotonic() + 5
-        while len(timings.records) < len(tasks) + 1 and time.monotonic() < deadline:
-            time.sleep(0.001)
-    rows = _stage_rows(timings.records[warmup + 1 :])  # after the ramp-up request and the warm-up
+    records: list[RequestRecord] = []
+    with instrumented(server, records):
+        raw = gen.run(_target(server), tasks, concurrency=1, warmup=warmup, max_seconds=120)
+    # the hooks run before each answer is sent: every record is in by the time the client is done
+    rows = _stage_rows([r for r in records if r.route == "retrieve"][warmup + 1 :])
     client: list[int] = raw["latencies_ns"]
     if len(rows) != len(client):  # one record per request, in order, or the pairing below is off
         raise RuntimeError(f"{len(rows)} server records for {len(client)} timed requests")
@@ -753,15 +726,15 @@ def profile_requests(
     for row, c in zip(rows, client, strict=True):
         row["client_total"] = c
         row["wire_and_client"] = c - row["server_total"]
-    keys = (*SERVER_STAGES, "server_total", "wire_and_client", "client_total")
+    keys_ = (*SERVER_STAGES, "server_total", "wire_and_client", "client_total")
     mean_total = float(np.mean([r["client_total"] for r in rows])) if rows else 0.0
     return {
         "variant": variant,
         "requests": n,
-        "stages_p50_ms": {k: round(float(np.percentile([r[k] for r in rows], 50)) / 1e6, 4) for k in keys}
+        "stages_p50_ms": {k: round(float(np.percentile([r[k] for r in rows], 50)) / 1e6, 4) for k in keys_}
         if rows
         else {},
-        "stages_mean_ms": {k: round(float(np.mean([r[k] for r in rows])) / 1e6, 4) for k in keys}
+        "stages_mean_ms": {k: round(float(np.mean([r[k] for r in rows])) / 1e6, 4) for k in keys_}
         if rows
         else {},
         "stages_share_of_mean": {
@@ -776,9 +749,10 @@ def profile_requests(
 #: cProfile own time, grouped by where a function lives (substring of "file:function").
 PROFILE_GROUPS = (
     (
-        "http.server, socketserver, email: request line, headers, status",
-        ("http/server", "socketserver", "email/", "http/client"),
+        "uvicorn, httptools, starlette, anyio: HTTP and dispatch",
+        ("uvicorn", "httptools", "starlette", "anyio"),
     ),
+    ("asyncio event loop (not waiting)", ("asyncio/",)),
     ("pydantic: validate the body, build and dump the response", ("pydantic",)),
     ("Qdrant Edge (the engine, in process)", ("EdgeShard", "qdrant")),
     ("index adapter: point ids, candidate cache", ("evomem/index", "uuid")),
@@ -786,8 +760,11 @@ PROFILE_GROUPS = (
     ("socket I/O: Redis round trips, the response write", ("_socket.socket", "socket.py", "selectors")),
     ("embedding", ("evomem/embedding", "crc32", "Counter", "collections/__init__")),
     ("ranking (Eq. 7-10)", ("evomem/retrieval",)),
-    ("threads, locks, futures: the record writer hand-off", ("threading", "concurrent/futures", "_thread")),
+    ("evomem service layer", ("evomem/service",)),
+    ("threads, locks, futures: hand-offs", ("threading", "concurrent/futures", "_thread")),
 )
+#: Where the event loop waits for the network: not time spent on a request.
+_IDLE = ("select.epoll", "epoll", "_lsprof")
 
 
 def cprofile_requests(
@@ -798,60 +775,55 @@ def cprofile_requests(
     warmup: int,
     top: int = 22,
 ) -> dict[str, Any]:
-    """A cProfile of the handler thread, from the request line read to the response written (the
-    warm-up requests are not profiled)."""
-    prof = cProfile.Profile()
-    handler = server_module._Handler
-    active = {"on": False, "seen": 0}
+    """A cProfile of the event loop thread, which parses, dispatches, runs the retrieval (the hot
+    routes run on the loop) and answers, after the warm-up requests; the loop's waits left out."""
+    loop_prof = cProfile.Profile()
+    seen = {"n": 0}
+    n = len(tasks) - warmup
 
-    def start(fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            active["seen"] += 1
-            if active["seen"] > warmup + 1:  # not the ramp-up request nor the warm-up
-                prof.enable()
-                active["on"] = True
-            return fn(*args, **kwargs)
+    def hook(record: RequestRecord) -> None:  # runs on the event loop, as each answer is ready
+        seen["n"] += 1
+        if seen["n"] == warmup + 1:
+            loop_prof.enable()
+        elif seen["n"] == warmup + 1 + n:
+            loop_prof.disable()
 
-        return wrapper
-
-    def stop(fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                if active["on"]:
-                    prof.disable()
-                    active["on"] = False
-
-        return wrapper
-
-    server.RequestHandlerClass = HANDLERS[variant]
-    with (
-        mock.patch.object(handler, "parse_request", _unbound(handler.parse_request, start)),
-        mock.patch.object(handler, "handle_one_request", _unbound(handler.handle_one_request, stop)),
-    ):
-        raw = gen.run(tasks, concurrency=1, warmup=warmup, max_seconds=120)
-    stats = pstats.Stats(prof)
+    server.api.hooks.append(hook)
+    try:
+        raw = gen.run(_target(server), tasks, concurrency=1, warmup=warmup, max_seconds=120)
+    finally:
+        server.api.hooks.remove(hook)
+        with contextlib.suppress(Exception):
+            loop_prof.disable()
+    stats = pstats.Stats(loop_prof)
     entries: dict[tuple[str, int, str], tuple[Any, ...]] = stats.stats  # type: ignore[attr-defined]
-    total = sum(v[2] for v in entries.values())
+    total = 0.0
     groups: dict[str, float] = {}
     for (filename, _, func), v in entries.items():
         where = f"{filename}:{func}"
-        name = next((g for g, needles in PROFILE_GROUPS if any(n in where for n in needles)), "other Python")
+        if any(i in where for i in _IDLE):
+            continue
+        total += v[2]
+        name = next((g for g, needles in PROFILE_GROUPS if any(s in where for s in needles)), "other Python")
         groups[name] = groups.get(name, 0.0) + v[2]
-    n = len(tasks) - warmup
     buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).strip_dirs().sort_stats("tottime").print_stats(top)
+    printed = pstats.Stats(loop_prof, stream=buf)
+    printed.strip_dirs().sort_stats("tottime").print_stats(top)
     return {
         "variant": variant,
         "requests": n,
         "client_p50_ms": round(float(np.percentile(raw["latencies_ns"], 50)) / 1e6, 4),
-        "profiled_ms_per_request": round(total * 1000 / n, 4),
+        "profiled_ms_per_request": round(total * 1000 / max(n, 1), 4),
         "groups_ms_per_request": {
-            g: round(s * 1000 / n, 4) for g, s in sorted(groups.items(), key=lambda kv: -kv[1])
+            g: round(s * 1000 / max(n, 1), 4) for g, s in sorted(groups.items(), key=lambda kv: -kv[1])
         },
         "text": buf.getvalue(),
     }
+
+
+def _target(server: EvomemHTTPServer) -> Target:
+    host, port = server.server_address
+    return Target(host, port)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1030,7 +1002,7 @@ def _pending_records(mem: Memory) -> int | None:
 
 
 def run_http(
-    root: Path, plan: Plan, *, seed: int, progress: bool, out: TextIO, err: TextIO
+    root: Path, plan: Plan, *, seed: int, progress: bool, out: TextIO, err: TextIO, baseline: str | None
 ) -> dict[str, Any]:
     namespaces = list(bench.NAMESPACE_WEIGHTS)
     tokens = tokens_for(namespaces)
@@ -1038,25 +1010,39 @@ def run_http(
     out.write(f"[HTTP and in process: {plan.queries:,} queries, {plan.insights:,} insights]\n")
     out.flush()
     stats = bench.build_dataset(settings, plan.queries, plan.insights, seed=seed, progress=progress, out=err)
+    sources = {"current": Path(__file__).resolve().parents[1]}
+    if "baseline" in plan.variants:
+        if baseline is None:
+            raise SystemExit("--variants baseline needs --baseline REF (a commit of this repository)")
+        sources["baseline"] = baseline_tree(baseline, root / "baseline-src")
     try:
-        with reopened(settings, stats) as (mem, restart_waited):
+        with reopened(settings, stats) as (mem, restart_waited), contextlib.ExitStack() as stack:
             bench.dataset_facts(mem, stats)
             per_level = plan.warmup + plan.requests
-            n_tasks = 10 * plan.warmup + len(plan.concurrency) * (1 + len(plan.variants)) * per_level
-            n_tasks += (len(plan.variants) + 1) * (plan.profile_requests + plan.warmup) + 500
+            n_tasks = 10 * plan.warmup * (1 + len(plan.variants))
+            n_tasks += len(plan.concurrency) * (1 + len(plan.variants)) * per_level
+            n_tasks += 2 * (plan.profile_requests + plan.warmup) + 500
             tasks = Tasks(seed + _TASK_SEED_OFFSET, n_tasks)
-            with running_server(settings, mem) as server:
-                host, port = server.server_address[:2]
-                gen = LoadGenerator(str(host), int(port), tokens)
-                try:
-                    measured = _measure(mem, server, gen, plan, tasks, out)
-                finally:
-                    gen.close()
+            server = stack.enter_context(running_server(settings, mem))
+            targets = {"shipped": _target(server)}
+            for name in ("current", "baseline"):
+                if name in plan.variants:
+                    targets[name] = stack.enter_context(
+                        server_process(name, sources[name], settings, mem, root, tokens)
+                    )
+            gen = LoadGenerator(tokens)
+            try:
+                measured = _measure(mem, server, targets, gen, plan, tasks, out)
+            finally:
+                gen.close()
             measured["retrieval_records_pending_after_run"] = _pending_records(mem)
             measured["reopen_outlasted_redis_start_timeout"] = restart_waited
             measured["in_process_breakdown"] = bench.stage_breakdown(mem, tasks.take(min(plan.requests, 500)))
+            if baseline is not None:
+                measured["baseline_ref"] = baseline
     finally:
         shutil.rmtree(root / "http", ignore_errors=True)
+        shutil.rmtree(root / "baseline-src", ignore_errors=True)
     return {
         "n_queries": plan.queries,
         "n_insights": plan.insights,
@@ -1068,32 +1054,45 @@ def run_http(
 
 
 def _measure(
-    mem: Memory, server: EvomemHTTPServer, gen: LoadGenerator, plan: Plan, tasks: Tasks, out: TextIO
+    mem: Memory,
+    server: EvomemHTTPServer,
+    targets: dict[str, Target],
+    gen: LoadGenerator,
+    plan: Plan,
+    tasks: Tasks,
+    out: TextIO,
 ) -> dict[str, Any]:
-    """Per level: in process, then each HTTP variant (close in time, so their ratios hold). The
-    profiles of one request run right after the lowest level, before the high-concurrency ones: c=1
-    latency measured after a c=64 level stayed ~15 % higher (bench/README.md)."""
+    """Per level: in process, then each HTTP variant (close in time, so their ratios hold; the
+    order of the variants turns from level to level). The profiles of one request run right after
+    the lowest level, before the high-concurrency ones: c=1 latency measured after a c=64 level
+    stayed ~15 % higher (bench/README.md)."""
     for ns, text in tasks.take(10 * plan.warmup):  # candidate cache and page cache, once for all
         mem.retrieve(text, ns)
+    for variant in plan.variants:  # the server processes warm their own caches the same way
+        if variant != "shipped":
+            gen.run(targets[variant], tasks.take(10 * plan.warmup), concurrency=1, warmup=0, max_seconds=600)
     per_level = plan.warmup + plan.requests
     rows: list[dict[str, Any]] = []
     profiled: dict[str, Any] = {}
-    for c in sorted(plan.concurrency):
+    for n, c in enumerate(sorted(plan.concurrency)):
         rows.append(
             measure_in_process(
                 mem, tasks.take(per_level), concurrency=c, warmup=plan.warmup, max_seconds=plan.level_seconds
             )
         )
         out.write(_row_line(rows[-1]))
-        for variant in plan.variants:
+        variants = plan.variants if n % 2 == 0 else tuple(reversed(plan.variants))
+        for variant in variants:
             level, w, seconds = tasks.take(per_level), plan.warmup, plan.level_seconds
-            row = measure_http(server, gen, variant, level, concurrency=c, warmup=w, max_seconds=seconds)
+            row = measure_http(
+                targets[variant], gen, variant, level, concurrency=c, warmup=w, max_seconds=seconds
+            )
             rows.append(row)
             out.write(_row_line(rows[-1]))
         out.flush()
         if not profiled:
             profiled = _profiles(server, gen, plan, tasks, out)
-    burst = gen.connect_burst(plan.connect_burst) if plan.connect_burst > 0 else None
+    burst = gen.connect_burst(targets["shipped"], plan.connect_burst) if plan.connect_burst > 0 else None
     if burst:
         out.write(
             f"  {burst['connections']} connections opened back to back: {burst['total_s']:.3f} s, slowest "
@@ -1105,16 +1104,13 @@ def _measure(
 def _profiles(
     server: EvomemHTTPServer, gen: LoadGenerator, plan: Plan, tasks: Tasks, out: TextIO
 ) -> dict[str, Any]:
-    profiles = []
-    for variant in plan.variants:
-        n = plan.profile_requests if variant == "shipped" else max(10, plan.profile_requests // 3)
-        out.write(f"  profiling one request ({variant}, {n} requests)\n")
-        out.flush()
-        profiles.append(profile_requests(server, gen, variant, tasks.take(plan.warmup + n), plan.warmup))
-    variant = "shipped" if "shipped" in plan.variants else plan.variants[0]
-    profiled = tasks.take(plan.warmup + plan.profile_requests)
-    cprof = cprofile_requests(server, gen, variant, profiled, plan.warmup)
-    return {"profile": profiles, "cprofile": cprof}
+    """Stage timings and the cProfile of the in-thread server (the one whose stages can be seen)."""
+    n = plan.profile_requests
+    out.write(f"  profiling one request (shipped, {n} requests)\n")
+    out.flush()
+    profile = profile_requests(server, gen, "shipped", tasks.take(plan.warmup + n), plan.warmup)
+    cprof = cprofile_requests(server, gen, "shipped", tasks.take(plan.warmup + n), plan.warmup)
+    return {"profile": [profile], "cprofile": cprof}
 
 
 def _row_line(r: dict[str, Any]) -> str:
@@ -1162,7 +1158,9 @@ def run(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="evomem-bench-http-")) if args.data_dir is None else args.data_dir
     progress = not args.no_progress
     try:
-        http = run_http(root, plan, seed=args.seed, progress=progress, out=out, err=err)
+        http = run_http(
+            root, plan, seed=args.seed, progress=progress, out=out, err=err, baseline=args.baseline
+        )
         scale = run_scale(root, plan, seed=args.seed, progress=progress, out=out, err=err)
     finally:
         if args.data_dir is None:
@@ -1219,7 +1217,7 @@ def run(args: argparse.Namespace) -> int:
         out.write(format_profile(p) + "\n\n")
     cp = http["cprofile"]
     out.write(
-        f"cProfile of the handler thread ({cp['variant']}, {cp['requests']} requests; "
+        f"cProfile of the event loop thread ({cp['variant']}, {cp['requests']} requests; "
         f"{cp['profiled_ms_per_request']:.3f} ms a request under the profiler, client p50 "
         f"{cp['client_p50_ms']:.3f} ms), own time by where it is spent, ms a request:\n"
     )

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import sys
 import textwrap
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,11 @@ from evomem.settings import Settings
 from schemas import TaskEvent
 
 Handler = Callable[[argparse.Namespace], int]
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class CommandError(EvomemError):
+    """A command cannot do what it was asked (a file it cannot read, ...): said in one line."""
 
 
 def _out(obj: Any) -> None:
@@ -81,7 +88,7 @@ def _feedback(pairs: Sequence[str]) -> dict[str, Any]:
 def cmd_report(args: argparse.Namespace) -> int:
     with _client(index=False) as mem:
         if args.file:
-            raw = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+            raw = _read_text(args.file)
             try:
                 event = TaskEvent.model_validate_json(raw)
             except ValueError as exc:
@@ -106,6 +113,18 @@ def cmd_report(args: argparse.Namespace) -> int:
             )
     print(event_id)
     return 0
+
+
+def _read_text(name: str) -> str:
+    """A file's text (``-``: standard input); unreadable or not UTF-8 is the user's error, said plainly."""
+    try:
+        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    except OSError as exc:
+        raise CommandError(f"cannot read {name}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"{name} is not UTF-8 text (byte {exc.start})") from None
 
 
 def cmd_consolidate(args: argparse.Namespace) -> int:
@@ -323,12 +342,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from evomem.transfer import import_jsonl
 
+    text = _read_text(args.file)
     with _open() as mem:
-        if args.file == "-":
-            counts = import_jsonl(mem.redis, sys.stdin)
-        else:
-            with open(args.file) as f:
-                counts = import_jsonl(mem.redis, f)
+        counts = import_jsonl(mem.redis, io.StringIO(text))
     print(
         f"imported {counts['queries']} queries and {counts['insights']} insights; "
         f"{counts['skipped']} already present"
@@ -375,7 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         epilog="Settings come from EVOMEM_* environment variables (see the README).",
     )
-    p.add_argument("--log-level", default="WARNING")
+    p.add_argument("--log-level", default="WARNING", type=str.upper, choices=LOG_LEVELS)
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for name, module, help_ in (
@@ -475,15 +492,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     configure_logging(args.log_level)
+    debug = args.debug or args.log_level == "DEBUG"
     try:
         code: int = args.func(args)
-    except InvalidEventError as exc:
-        sys.stderr.write(f"evomem: invalid event: {exc}\n")
-        return 2
-    except EvomemError as exc:
-        sys.stderr.write(f"evomem: {exc}\n")
-        return 1
+    except BaseException as exc:  # every error leaves as one line; --debug shows its traceback
+        if isinstance(exc, SystemExit):
+            raise
+        if debug:
+            traceback.print_exc()
+        message, status = explain(exc)
+        sys.stderr.write(f"evomem: {message}\n")
+        if status == 1 and not debug and not isinstance(exc, EvomemError):
+            sys.stderr.write("evomem: run with --debug for the traceback\n")
+        return status
     return code
+
+
+def explain(exc: BaseException) -> tuple[str, int]:
+    """A one-line message and an exit status for an error that ends a command."""
+    import redis
+    from pydantic import ValidationError
+
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", 130
+    if isinstance(exc, InvalidEventError):
+        return f"invalid event: {exc}", 2
+    if isinstance(exc, EvomemError):
+        return str(exc), 1
+    if isinstance(exc, ValidationError) and exc.title == "Settings":
+        err = exc.errors()[0]
+        name = "EVOMEM_" + "_".join(str(p) for p in err["loc"]).upper() if err["loc"] else "EVOMEM_*"
+        return f"invalid setting {name}: {err['msg']}", 2
+    if isinstance(exc, redis.AuthenticationError) or (
+        isinstance(exc, redis.ResponseError) and str(exc).startswith(("WRONGPASS", "NOAUTH"))
+    ):
+        return "redis refused the credentials of EVOMEM_REDIS_URL", 1
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return f"redis unreachable: {exc}", 1
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}", 1
+    return f"unexpected error: {type(exc).__name__}: {exc}", 1
 
 
 if __name__ == "__main__":

@@ -170,12 +170,7 @@ class Consolidator:
         parsed: list[tuple[Entry, TaskEvent]] = []
         for entry in entries:
             if entry.raw is None:
-                self._dead_letter(
-                    entry,
-                    "event: the entry was trimmed from the stream before it was consumed",
-                    "event",
-                    report,
-                )
+                self._dead_letter(entry, entry.unreadable, "event", report)
                 continue
             try:
                 parsed.append((entry, TaskEvent.model_validate_json(entry.raw)))

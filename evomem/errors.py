@@ -5,7 +5,9 @@
      ├── InvalidEventError    an event failed validation; ``field`` names what is wrong
      ├── NotFoundError        an id that no node has
      ├── StoreLockedError     the embedded store is held by another process
+     ├── StoreError           the store refused a command (a bug or a damaged store, not the input)
      └── TransientError       worth retrying: a store or endpoint is briefly unreachable
+          └── QuotaExceededError  a namespace's quota is spent for now; ``retry_after_s`` says when
 
 Adapters translate vendor exceptions into these at the boundary, so callers never name
 ``redis.ConnectionError`` or a Qdrant error type.
@@ -39,8 +41,21 @@ class StoreLockedError(EvomemError):
     """Another process holds the embedded Qdrant store."""
 
 
+class StoreError(EvomemError):
+    """The store refused a command for a reason other than being unreachable."""
+
+
 class TransientError(EvomemError):
     """A dependency is briefly unavailable; the same call may succeed later."""
+
+
+class QuotaExceededError(TransientError):
+    """A namespace has spent a quota (HTTP 429); the call may succeed after ``retry_after_s``."""
+
+    def __init__(self, what: str, retry_after_s: float) -> None:
+        super().__init__(f"quota exceeded: {what}; retry after {retry_after_s:.0f} s")
+        self.what = what
+        self.retry_after_s = retry_after_s
 
 
 __all__ = [
@@ -48,6 +63,8 @@ __all__ = [
     "EvomemError",
     "InvalidEventError",
     "NotFoundError",
+    "QuotaExceededError",
+    "StoreError",
     "StoreLockedError",
     "TransientError",
 ]

@@ -50,6 +50,7 @@ LUA_KINDS = (
     "queries",
     "texts",
     "dup",
+    "quota",
 )
 
 
@@ -142,6 +143,11 @@ def decision(namespace: str, event_id: str) -> str:
 
 def retrieval(namespace: str, retrieval_id: str) -> str:
     return _key(namespace, "retrieval", retrieval_id)
+
+
+def quota(namespace: str, window: int, kind: str) -> str:
+    """Counter of a namespace's ``kind`` (events, bytes, retrievals) in one quota window; expires."""
+    return _key(namespace, "quota", f"{window}:{kind}")
 
 
 def projector_cursor(index_identity: str) -> str:

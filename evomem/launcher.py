@@ -59,7 +59,7 @@ def up(settings: Settings, workers: int, serve: bool = True) -> list[str]:
     run, logs = _dirs(settings)
     lines = []
     if settings.redis_url is None:
-        lines.append(f"redis     {EmbeddedRedis(settings.data_dir).ensure()}")
+        lines.append(f"redis     {EmbeddedRedis(settings.data_dir).ensure(persistent=True)}")
     running = {k: p for k, p in _pids(run).items() if _alive(p)}
     exe = [sys.executable, "-m", "evomem.cli"]
     for i in range(workers):

@@ -48,7 +48,12 @@ def configure_logging(level: str = "INFO", json: bool | None = None) -> None:
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=shared,
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                # JSON carries a traceback as the "exception" string; the console renderer prints its own
+                *([structlog.processors.format_exc_info] if render_json else []),
+                renderer,
+            ],
         )
     )
     root = logging.getLogger()

@@ -2,37 +2,96 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+import redis
+from pydantic import TypeAdapter, ValidationError
 
 from evomem import keys
 from evomem.consolidation import ConsolidationReport, Consolidator
 from evomem.controllers import make_controller
 from evomem.embedding import make_embedder
-from evomem.errors import ConfigError, InvalidEventError, NotFoundError, StoreLockedError
+from evomem.errors import (
+    ConfigError,
+    EvomemError,
+    InvalidEventError,
+    NotFoundError,
+    StoreError,
+    StoreLockedError,
+    TransientError,
+)
 from evomem.index.edge import EdgeIndex
+from evomem.logs import get_logger
 from evomem.ports import EditRecord, VectorIndex
-from evomem.projector import Projector
+from evomem.projector import FollowerState, Projector
+from evomem.quotas import Quotas
 from evomem.redis_server import Client, EmbeddedRedis, connect
 from evomem.retriever import Retrieval, Retriever
 from evomem.settings import Settings
 from evomem.stores.redis_graph import RedisGraphStore
 from evomem.stream import EventStream, _id_key, reason_of
 from schemas import InsightNode, TaskEvent
+from schemas.models import MAX_QUERY_CHARS, Namespace
 
 if TYPE_CHECKING:
     from evomem.remote import RemoteMemory
 
+log = get_logger("evomem.memory")
+
 BATCH = 256
 FOLLOW_WAIT_S = 5.0
+MAX_TOP_K = 1000
+MAX_BUDGET = 100
+_NAMESPACE: TypeAdapter[str] = TypeAdapter(Namespace)
+
+
+def check_namespace(namespace: Any) -> str:
+    try:
+        return _NAMESPACE.validate_python(namespace)
+    except ValidationError as exc:
+        raise InvalidEventError("namespace", exc.errors()[0]["msg"]) from None
+
+
+def check_retrieve_args(query: Any, namespace: Any, top_k: Any, budget: Any) -> None:
+    """The arguments of ``retrieve``, checked as the HTTP API checks them (``InvalidEventError``
+    names the first that is wrong)."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidEventError("query", "must be a non-empty string")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidEventError("query", f"at most {MAX_QUERY_CHARS} characters")
+    check_namespace(namespace)
+    for name, value, high in (("top_k", top_k, MAX_TOP_K), ("budget", budget, MAX_BUDGET)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high
+        ):
+            raise InvalidEventError(name, f"must be an integer from 1 to {high}")
+
+
+@contextlib.contextmanager
+def store_errors(action: str) -> Iterator[None]:
+    """The SDK's error boundary: whatever the store or the input raises leaves as an EvomemError."""
+    try:
+        yield
+    except EvomemError:
+        raise
+    except redis.AuthenticationError as exc:
+        raise ConfigError(f"redis refused the credentials of EVOMEM_REDIS_URL while {action}") from exc
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise TransientError(f"redis unreachable while {action}") from exc
+    except redis.ResponseError as exc:
+        if str(exc).startswith(("WRONGPASS", "NOAUTH", "NOPERM")):
+            raise ConfigError(f"redis refused the credentials of EVOMEM_REDIS_URL while {action}") from exc
+        raise StoreError(f"the store refused a command while {action}: {exc}") from exc
+    except RecursionError:
+        raise InvalidEventError("event", "nested too deeply") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +126,7 @@ class Memory:
         self._embedded = embedded
         self.graph = RedisGraphStore(client, degree=settings.query_degree)
         self.stream = EventStream(client, settings.stream_maxlen)
+        self.quotas = Quotas(client, settings)
         self.index = index
         self.embedder = make_embedder(settings)
         self.controller = make_controller(settings, client)
@@ -82,7 +142,14 @@ class Memory:
         self.consumer = settings.consumer_name or f"{socket.gethostname()}-{os.getpid()}"
         self._closed = False
         if self.projector is not None:
-            self.projector.run_once()  # catch up with whatever changed while no projector ran
+            try:
+                self.projector.run_once()  # catch up with whatever changed while no projector ran
+            except (redis.ConnectionError, redis.TimeoutError, TransientError):
+                raise
+            except Exception as exc:
+                # the store still serves; a follower retries (and health shows it), and a memory
+                # that does not follow meets the error again at its next consolidate()
+                log.warning("projector.catch_up_failed", error=f"{type(exc).__name__}: {exc}")
 
     @classmethod
     def open(cls, settings: Settings | None = None, *, index: bool = True) -> Memory | RemoteMemory:
@@ -105,14 +172,18 @@ class Memory:
         embedded = None
         if settings.redis_url is None:
             embedded = EmbeddedRedis(settings.data_dir)
-            url = embedded.ensure()
+            url = embedded.acquire()
         else:
             url = settings.redis_url
         client = connect(url)
         try:
+            with store_errors("opening the memory"):
+                client.ping()  # fail here, clearly, rather than at the first call
             vector_index = open_index(settings) if index else None
         except StoreLockedError as exc:
             client.close()
+            if embedded is not None:
+                embedded.release()
             from evomem.service.server import service_url
 
             held_by = service_url(settings.data_dir)
@@ -122,12 +193,21 @@ class Memory:
                     f"set EVOMEM_URL={held_by} to use it"
                 ) from None
             raise exc from None
-        except Exception:
+        except BaseException:
             client.close()
-            if embedded is not None and embedded.started_here:
-                embedded.stop()
+            if embedded is not None:
+                embedded.release()
             raise
-        return cls(settings, client, vector_index, embedded)
+        try:
+            with store_errors("opening the memory"):
+                return cls(settings, client, vector_index, embedded)
+        except BaseException:
+            if vector_index is not None:
+                vector_index.close()
+            client.close()
+            if embedded is not None:
+                embedded.release()
+            raise
 
     @property
     def retriever(self) -> Retriever:
@@ -137,7 +217,9 @@ class Memory:
 
     def follow(self) -> None:
         """Keep the index in step in a background thread, as the retrieval side does, so events
-        consolidated by workers in other processes become visible without calling ``consolidate``."""
+        consolidated by workers in other processes become visible without calling ``consolidate``.
+        The thread survives any error (``Projector.follow`` backs off and retries); ``follower()``
+        says how it is doing."""
         if self.projector is None or self._follower is not None:
             return
         projector = self.projector
@@ -146,14 +228,26 @@ class Memory:
         )
         self._follower.start()
 
+    def follower(self) -> FollowerState | None:
+        """The projector thread's state, or None when this memory does not follow."""
+        if self.projector is None or self._follower is None:
+            return None
+        state = self.projector.state
+        if not self._follower.is_alive() and not self._stop.is_set():
+            return FollowerState(
+                "dead", state.error or "the projector thread ended", state.failures, state.since
+            )
+        return state
+
     # -- the agent's calls -------------------------------------------------------------------
     def retrieve(
         self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
     ) -> Retrieval:
         """Insights for a task, ranked by support minus the conflict penalty (paper Eq. 2-10)."""
-        if not query.strip():
-            raise InvalidEventError("query", "must not be empty")
-        return self.retriever.retrieve(query, namespace, top_k=top_k, budget=budget)
+        check_retrieve_args(query, namespace, top_k, budget)
+        with store_errors("retrieving"):
+            self.quotas.charge_retrieval(namespace)
+            return self.retriever.retrieve(query, namespace, top_k=top_k, budget=budget)
 
     def report(
         self,
@@ -169,22 +263,32 @@ class Memory:
         Takes the ``Retrieval`` the task used plus the outcome fields of the task event, or a whole
         ``TaskEvent``. Raises ``InvalidEventError`` naming the field when the event is malformed.
         """
-        event = (
-            retrieval
-            if isinstance(retrieval, TaskEvent)
-            else build_event(retrieval, status, namespace, query, fields)
-        )
-        if self._retriever is not None:
-            self._retriever.flush()  # the retrieval record this report refers to is written first
-        self.stream.publish(event)
+        with store_errors("reporting"):
+            event = (
+                retrieval
+                if isinstance(retrieval, TaskEvent)
+                else build_event(retrieval, status, namespace, query, fields)
+            )
+            self.quotas.charge_event(event.namespace, len(event.model_dump_json()))
+            if self._retriever is not None:
+                self._retriever.flush()  # the retrieval record this report refers to is written first
+            self.stream.publish(event)
         return str(event.event_id)
 
     def consolidate(self, max_events: int | None = None) -> ConsolidationReport:
-        """Apply pending events now, in this process, then bring the index up to date."""
+        """Apply pending events now, in this process, then bring the index up to date. Events that
+        another consumer took and left unacknowledged for ``EVOMEM_CLAIM_IDLE_MS`` (it died, or was
+        interrupted) are taken over first, as the workers do."""
+        with store_errors("consolidating"):
+            return self._consolidate(max_events)
+
+    def _consolidate(self, max_events: int | None) -> ConsolidationReport:
         total = ConsolidationReport()
         while max_events is None or total.events < max_events:
             count = BATCH if max_events is None else min(BATCH, max_events - total.events)
-            entries = self.stream.read(self.consumer, count)
+            entries = self.stream.claim_stale(self.consumer, self.settings.claim_idle_ms, count)
+            if not entries:
+                entries = self.stream.read(self.consumer, count)
             if not entries:
                 break
             report = self.consolidator.process(entries)
@@ -212,17 +316,24 @@ class Memory:
 
     def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:
         """An insight with its evidence, state, version and revision lineage."""
-        node = self.graph.insights([insight_id]).get(insight_id)
-        if node is None or (namespace is not None and node.namespace != namespace):
-            raise NotFoundError(
-                f"no insight {insight_id!r}" + (f" in namespace {namespace!r}" if namespace else "")
-            )
-        return InsightView(
-            node,
-            tuple(self.graph.lineage(insight_id)),
-            tuple(self.graph.edges_into(insight_id)),
-            tuple(self.graph.history(insight_id)),
+        missing = NotFoundError(
+            f"no insight {insight_id!r}" + (f" in namespace {namespace!r}" if namespace else "")
         )
+        if not isinstance(insight_id, str) or not insight_id:
+            raise missing
+        try:
+            with store_errors("reading an insight"):
+                node = self.graph.insights([insight_id]).get(insight_id)
+                if node is None or (namespace is not None and node.namespace != namespace):
+                    raise missing
+                return InsightView(
+                    node,
+                    tuple(self.graph.lineage(insight_id)),
+                    tuple(self.graph.edges_into(insight_id)),
+                    tuple(self.graph.history(insight_id)),
+                )
+        except StoreError:
+            raise missing from None  # a key of another kind under this name: no insight has this id
 
     def insights(self, namespace: str, state: str | None = None) -> list[InsightNode]:
         """Every insight of a namespace (for inspection and export; not for the hot path)."""
@@ -275,8 +386,8 @@ class Memory:
         if self.index is not None:
             self.index.close()
         self.redis.close()
-        if self._embedded is not None and self._embedded.started_here:
-            self._embedded.stop()
+        if self._embedded is not None:
+            self._embedded.release()
 
     def __enter__(self) -> Memory:
         return self
@@ -300,9 +411,9 @@ def build_event(
     if retrieval is not None:
         doc.setdefault("retrieval_id", retrieval.id)
         doc.setdefault("retrieved_insight_ids", [i.id for i in retrieval.insights])
-        namespace = namespace or retrieval.namespace
+        namespace = retrieval.namespace if namespace is None else namespace
         query = query or retrieval.query
-    doc.update({"status": status, "namespace": namespace or "default", "query": query})
+    doc.update({"status": status, "namespace": "default" if namespace is None else namespace, "query": query})
     doc = {k: v for k, v in doc.items() if v is not None}
     try:
         return TaskEvent.model_validate(doc)

@@ -12,6 +12,7 @@ one. One projector per index: the embedded index can only be opened by one proce
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -26,7 +27,20 @@ from evomem.ports import EventKey, GraphStore, InsightPoint, QueryPoint, Vector,
 from evomem.redis_server import Client
 
 BATCH = 2048
+BACKOFF_BASE_S = 0.05
+BACKOFF_MAX_S = 5.0
 log = get_logger("evomem.projector")
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerState:
+    """How the following projector is doing: ``following``, ``failing`` (retrying after an error,
+    shown), ``stopped``, or ``idle`` before ``follow`` runs; ``dead`` when its thread is gone."""
+
+    status: Literal["idle", "following", "failing", "stopped", "dead"]
+    error: str | None
+    failures: int
+    since: float
 
 
 @dataclass
@@ -52,6 +66,7 @@ class Projector:
         self._cursors = cursor_store
         self._key = keys.projector_cursor(index.identity)
         self.cursor = "0-0" if index.fresh else self._load_cursor()
+        self.state = FollowerState("idle", None, 0, time.time())
 
     def _load_cursor(self) -> str:
         if self._cursors is None:
@@ -143,18 +158,39 @@ class Projector:
         return len(newer)
 
     def follow(self, stop: threading.Event, block_ms: int = 500) -> None:
-        """Project until ``stop`` is set, waking as soon as a change is published."""
-        while not stop.is_set():
-            try:
-                if self.run_once().changes == 0 and self._cursors is not None:
-                    self._cursors.xread({keys.CHANGES_STREAM: self.cursor}, count=1, block=block_ms)
-            except (redis.ConnectionError, redis.TimeoutError, TransientError) as exc:
-                log.warning("projector.redis_unreachable", error=str(exc))
-                stop.wait(block_ms / 1000)
+        """Project until ``stop`` is set, waking as soon as a change is published. Supervised: any
+        error is logged, shown in ``state`` and retried after a backoff that doubles up to
+        ``BACKOFF_MAX_S``, so the index catches up by itself once the cause is gone."""
+        failures = 0
+        self.state = FollowerState("following", None, 0, time.time())
+        try:
+            while not stop.is_set():
+                try:
+                    if self.run_once().changes == 0 and self._cursors is not None:
+                        self._cursors.xread({keys.CHANGES_STREAM: self.cursor}, count=1, block=block_ms)
+                except Exception as exc:
+                    failures += 1
+                    unreachable = isinstance(exc, redis.ConnectionError | redis.TimeoutError | TransientError)
+                    error = f"{type(exc).__name__}: {exc}"
+                    if failures == 1 or failures % 20 == 0:  # not a line every backoff while it lasts
+                        if unreachable:
+                            log.warning("projector.redis_unreachable", error=str(exc), failures=failures)
+                        else:
+                            log.exception("projector.failed", error=error, failures=failures)
+                    since = self.state.since if self.state.status == "failing" else time.time()
+                    self.state = FollowerState("failing", error, failures, since)
+                    stop.wait(min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** min(failures - 1, 16)))
+                    continue
+                if failures:
+                    log.info("projector.recovered", failures=failures, cursor=self.cursor)
+                    failures = 0
+                    self.state = FollowerState("following", None, 0, time.time())
+        finally:
+            self.state = FollowerState("stopped", self.state.error, failures, time.time())
 
     def lag(self) -> int:
         """Changes in the feed the index has not seen yet."""
         return len(self.graph.changes(self.cursor, BATCH))
 
 
-__all__ = ["ProjectionReport", "Projector"]
+__all__ = ["FollowerState", "ProjectionReport", "Projector"]

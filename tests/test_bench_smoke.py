@@ -164,7 +164,9 @@ def test_the_http_benchmark_drives_the_service_from_another_process(
             "--scale-iterations",
             "10",
             "--variants",
-            "shipped,nagle",
+            "shipped,current,baseline",
+            "--baseline",
+            "HEAD",
             "--no-progress",
             "--out",
             str(out),
@@ -179,7 +181,9 @@ def test_the_http_benchmark_drives_the_service_from_another_process(
     http = doc[bench_http.HTTP_KEY]
     modes = {(r["mode"], r["variant"], r["concurrency"]) for r in http["levels"]}
     assert modes == {
-        (m, v, c) for c in (1, 4) for m, v in (("in_process", "-"), ("http", "shipped"), ("http", "nagle"))
+        (m, v, c)
+        for c in (1, 4)
+        for m, v in (("in_process", "-"), ("http", "shipped"), ("http", "current"), ("http", "baseline"))
     }
     for r in http["levels"]:
         assert r["errors"] == 0 and r["requests"] > 0 and r["qps"] > 0
@@ -192,7 +196,7 @@ def test_the_http_benchmark_drives_the_service_from_another_process(
     assert [p["n_insights"] for p in points] == [60, 120]
     assert all(p["p50_ms"] > 0 and p["index_insights"] == p["n_insights"] for p in points)
     printed = capsys.readouterr().out
-    assert "HTTP shipped" in printed and "HTTP nagle" in printed and "scale curve" in printed
+    assert "HTTP shipped" in printed and "HTTP baseline" in printed and "scale curve" in printed
     assert not (tmp_path / "data" / "http").exists()  # stores removed after the run
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,9 +26,10 @@ class RetrieveRequest(_Body):
 class ServedInsight(_Body):
     id: str
     text: str
-    score: float
-    support: int
-    conflict: int
+    score: float = Field(description="what ranked: s − λc, weighted by similarity under SCORING=weighted")
+    support: int = Field(description="s: supporting queries among the similar ones and their neighbours")
+    conflict: int = Field(description="c: conflicting queries among them")
+    similarity: float = Field(0.0, description="similarity of the most similar supporting query")
 
 
 class Staleness(_Body):
@@ -84,34 +86,133 @@ class ErrorBody(_Body):
     field: str | None = None
 
 
-def openapi() -> dict[str, Any]:
-    models: list[type[BaseModel]] = [
-        RetrieveRequest,
-        RetrieveResponse,
-        TaskEvent,
-        EventAccepted,
-        InsightResponse,
-        LineageResponse,
-        ErrorBody,
-    ]
+class ProjectorHealth(BaseModel):
+    status: str = Field(description="following | failing | stopped | dead | not following")
+    error: str | None = None
+    failures: int = 0
+
+
+class HealthResponse(BaseModel):
+    redis: str = Field(description="ok | unreachable")
+    index: str = Field(description="ok, or why the index is not kept in step")
+    projector: ProjectorHealth
+    projector_lag_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    """One route of the API: the service's routing and its OpenAPI document are both built from these."""
+
+    method: str
+    path: str
+    name: str  # the route label of the metrics
+    summary: str
+    status: int = 200
+    request: type[BaseModel] | None = None
+    response: type[BaseModel] | None = None
+    secured: bool = True
+    errors: tuple[int, ...] = ()
+    media_type: str = "application/json"
+
+
+#: What each error status means, for the OpenAPI document.
+ERROR_TEXT: dict[int, str] = {
+    401: "no or unknown token",
+    403: "the token may not use this namespace; or, without tokens, a request from another origin or host",
+    404: "no such insight",
+    408: "the body came too slowly",
+    413: "the body is larger than EVOMEM_HTTP_MAX_BODY_BYTES",
+    415: "the body is not JSON",
+    422: "invalid body; `field` names what is wrong",
+    429: "the namespace's quota is spent; `Retry-After` says when to try again",
+    503: "a store is briefly unreachable",
+}
+
+ROUTES: tuple[RouteSpec, ...] = (
+    RouteSpec(
+        "POST",
+        "/v1/retrieve",
+        "retrieve",
+        "insights for a task, ranked by support minus conflict",
+        request=RetrieveRequest,
+        response=RetrieveResponse,
+        errors=(401, 403, 408, 413, 415, 422, 429, 503),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/events",
+        "events",
+        "report a task's outcome; consolidated later",
+        status=202,
+        request=TaskEvent,
+        response=EventAccepted,
+        errors=(401, 403, 408, 413, 415, 422, 429, 503),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/insights/{id}",
+        "insight",
+        "an insight with its evidence and history",
+        response=InsightResponse,
+        errors=(401, 403, 404, 503),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/insights/{id}/lineage",
+        "lineage",
+        "the revision chain through an insight",
+        response=LineageResponse,
+        errors=(401, 403, 404, 503),
+    ),
+    RouteSpec(
+        "GET",
+        "/healthz",
+        "healthz",
+        "liveness, the state of the stores and of the projector (503 while one is not well)",
+        response=HealthResponse,
+        secured=False,
+        errors=(503,),
+    ),
+    RouteSpec("GET", "/metrics", "metrics", "Prometheus metrics", secured=False, media_type="text/plain"),
+    RouteSpec("GET", "/openapi.json", "openapi", "this document", secured=False),
+)
+
+
+def openapi(routes: tuple[RouteSpec, ...] = ROUTES) -> dict[str, Any]:
+    """The OpenAPI document, from the routes and the models they read and answer with."""
+    used: list[type[BaseModel]] = [m for r in routes for m in (r.request, r.response) if m is not None]
+    models: list[type[BaseModel]] = [*dict.fromkeys(used), ErrorBody]
     _, schema = models_json_schema(
         [(m, "validation") for m in models], ref_template="#/components/schemas/{model}"
     )
-    ref = "#/components/schemas/{}".format
 
-    def body(name: str) -> dict[str, Any]:
-        return {"content": {"application/json": {"schema": {"$ref": ref(name)}}}}
+    def body(model: type[BaseModel]) -> dict[str, Any]:
+        return {
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}
+        }
 
-    errors = {
-        str(code): {"description": text, **body("ErrorBody")}
-        for code, text in (
-            (401, "no or unknown token"),
-            (403, "the token may not use this namespace"),
-            (422, "invalid body; `field` names what is wrong"),
-            (503, "a store is briefly unreachable"),
-        )
-    }
-    secured: list[dict[str, list[str]]] = [{"bearer": []}]
+    paths: dict[str, dict[str, Any]] = {}
+    for r in routes:
+        ok: dict[str, Any] = {"description": r.summary}
+        if r.response is not None:
+            ok.update(body(r.response))
+        elif r.media_type != "application/json":
+            ok["content"] = {r.media_type: {"schema": {"type": "string"}}}
+        op: dict[str, Any] = {
+            "summary": r.summary,
+            "operationId": r.name,
+            "responses": {
+                str(r.status): ok,
+                **{str(code): {"description": ERROR_TEXT[code], **body(ErrorBody)} for code in r.errors},
+            },
+        }
+        if r.secured:
+            op["security"] = [{"bearer": []}]
+        if r.request is not None:
+            op["requestBody"] = {"required": True, **body(r.request)}
+        if "{id}" in r.path:
+            op["parameters"] = [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}]
+        paths.setdefault(r.path, {})[r.method.lower()] = op
     return {
         "openapi": "3.1.0",
         "info": {"title": "evomem retrieval service", "version": "1"},
@@ -119,77 +220,20 @@ def openapi() -> dict[str, Any]:
             "schemas": schema.get("$defs", {}),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
-        "paths": {
-            "/v1/retrieve": {
-                "post": {
-                    "summary": "insights for a task, ranked by support minus conflict",
-                    "security": secured,
-                    "requestBody": body("RetrieveRequest"),
-                    "responses": {
-                        "200": {"description": "ranked insights", **body("RetrieveResponse")},
-                        **errors,
-                    },
-                }
-            },
-            "/v1/events": {
-                "post": {
-                    "summary": "report a task's outcome; consolidated later",
-                    "security": secured,
-                    "requestBody": body("TaskEvent"),
-                    "responses": {"202": {"description": "accepted", **body("EventAccepted")}, **errors},
-                }
-            },
-            "/v1/insights/{id}": {
-                "get": {
-                    "summary": "an insight with its evidence and history",
-                    "security": secured,
-                    "parameters": [_id_param()],
-                    "responses": {
-                        "200": {"description": "the insight", **body("InsightResponse")},
-                        "404": {"description": "no such insight"},
-                        **errors,
-                    },
-                }
-            },
-            "/v1/insights/{id}/lineage": {
-                "get": {
-                    "summary": "the revision chain through an insight",
-                    "security": secured,
-                    "parameters": [_id_param()],
-                    "responses": {
-                        "200": {"description": "oldest first", **body("LineageResponse")},
-                        "404": {"description": "no such insight"},
-                        **errors,
-                    },
-                }
-            },
-            "/healthz": {
-                "get": {
-                    "summary": "liveness and the state of the stores",
-                    "responses": {"200": {"description": "healthy"}, "503": {"description": "degraded"}},
-                }
-            },
-            "/metrics": {
-                "get": {
-                    "summary": "Prometheus metrics",
-                    "responses": {"200": {"description": "text exposition format"}},
-                }
-            },
-        },
+        "paths": paths,
     }
 
 
-def _id_param() -> dict[str, Any]:
-    return {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
-
-
 __all__ = [
+    "ROUTES",
     "ErrorBody",
     "EventAccepted",
+    "HealthResponse",
     "InsightResponse",
     "LineageResponse",
     "RetrieveRequest",
     "RetrieveResponse",
+    "RouteSpec",
     "ServedInsight",
     "openapi",
 ]

@@ -1,5 +1,6 @@
 """What the HTTP service does, apart from HTTP: authorise, retrieve (failing open), accept events,
-show insights. The process holds the embedded Qdrant store and keeps it in step (the projector)."""
+show insights, report health. The process holds the embedded Qdrant store and keeps it in step (the
+projector)."""
 
 from __future__ import annotations
 
@@ -40,12 +41,25 @@ class RetrievalService:
         self.metrics = metrics or Metrics()
         self._stale = (0.0, 0.0)  # (computed at, value)
         self._stale_lock = threading.Lock()
-        self.metrics.gauges["evomem_projector_lag_seconds"] = self.staleness
-        self.metrics.gauges["evomem_projector_lag_changes"] = lambda: float(self._lag_changes())
+        self._redis_seen = (time.time(), 0.0)  # (when Redis last answered, the lag then)
+        self.metrics.gauge(
+            "evomem_projector_lag_seconds", "Age of the oldest change not yet in the index.", self.staleness
+        )
+        self.metrics.gauge(
+            "evomem_projector_lag_changes",
+            "Changes not yet in the index (-1: Redis unreachable).",
+            lambda: float(self._lag_changes()),
+        )
+        self.metrics.gauge(
+            "evomem_projector_following",
+            "1 while the projector follows the change feed, 0 while it fails or is stopped.",
+            lambda: float(self._following()),
+        )
 
     # -- retrieval, failing open -----------------------------------------------------------------
     def retrieve(self, principal: Principal, body: RetrieveRequest) -> RetrieveResponse:
         principal.check(body.namespace)
+        self.memory.quotas.charge_retrieval(body.namespace)
         degraded = None
         retriever = self.memory.retriever
         try:
@@ -64,7 +78,14 @@ class RetrievalService:
             retrieval_id=r.id,
             namespace=r.namespace,
             insights=[
-                ServedInsight(id=i.id, text=i.text, score=i.score, support=i.support, conflict=i.conflict)
+                ServedInsight(
+                    id=i.id,
+                    text=i.text,
+                    score=i.score,
+                    support=i.support,
+                    conflict=i.conflict,
+                    similarity=i.similarity,
+                )
                 for i in r.insights
             ],
             similar_queries=list(r.similar),
@@ -73,8 +94,9 @@ class RetrievalService:
         )
 
     # -- events ------------------------------------------------------------------------------------
-    def publish(self, principal: Principal, event: TaskEvent) -> EventAccepted:
+    def publish(self, principal: Principal, event: TaskEvent, size: int) -> EventAccepted:
         principal.check(event.namespace)
+        self.memory.quotas.charge_event(event.namespace, size)
         entry_id = self.memory.stream.publish(event)
         return EventAccepted(event_id=str(event.event_id), entry_id=entry_id)
 
@@ -107,6 +129,8 @@ class RetrievalService:
 
     # -- health --------------------------------------------------------------------------------------
     def health(self) -> tuple[bool, dict[str, Any]]:
+        """Healthy while Redis answers and the projector follows the change feed: a projector that
+        fails (and retries) serves an index that no longer moves, which is not healthy."""
         out: dict[str, Any] = {"index": "ok"}
         healthy = True
         try:
@@ -115,8 +139,24 @@ class RetrievalService:
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             out["redis"] = "unreachable"
             healthy = False
+        state = self.memory.follower()
+        if state is None:
+            out["projector"] = {"status": "not following"}
+            out["index"] = "not kept in step: no projector follows the change feed"
+            healthy = False
+        else:
+            out["projector"] = {"status": state.status, "error": state.error, "failures": state.failures}
+            if state.status != "following":
+                out["index"] = f"not kept in step: projector {state.status}" + (
+                    f" ({state.error})" if state.error else ""
+                )
+                healthy = False
         out["projector_lag_s"] = self.staleness()
         return healthy, out
+
+    def _following(self) -> bool:
+        state = self.memory.follower()
+        return state is not None and state.status == "following"
 
     def staleness(self) -> float:
         """Seconds since the oldest change the index has not applied yet was written (cached briefly)."""
@@ -132,11 +172,15 @@ class RetrievalService:
                 nxt = self.memory.redis.xrange(
                     keys.CHANGES_STREAM, min=f"({projector.cursor}", max="+", count=1
                 )
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                nxt = []
-            if nxt:
-                written_ms = int(nxt[0][0].decode().split("-")[0])
-                value = max(0.0, now - written_ms / 1000)
+            except (redis.RedisError, OSError):
+                # nothing is known since Redis last answered: the index is at least that much behind
+                seen_at, lag_then = self._redis_seen
+                value = lag_then + (now - seen_at)
+            else:
+                if nxt:
+                    written_ms = int(nxt[0][0].decode().split("-")[0])
+                    value = max(0.0, now - written_ms / 1000)
+                self._redis_seen = (now, value)
         with self._stale_lock:
             self._stale = (now, value)
         return value
@@ -145,7 +189,7 @@ class RetrievalService:
         projector = self.memory.projector
         try:
             return projector.lag() if projector is not None else 0
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
+        except (redis.RedisError, OSError):
             return -1
 
 

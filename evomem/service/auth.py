@@ -58,9 +58,10 @@ class TokenAuth:
     def authenticate(self, header: str | None) -> Principal:
         if not self.enabled:
             return OPEN
-        if not header or not header.startswith("Bearer "):
+        scheme, _, credentials = (header or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():  # the scheme is case-insensitive (RFC 9110)
             raise Unauthorized("missing bearer token")
-        offered = header[len("Bearer ") :].strip().encode()
+        offered = credentials.strip().encode()
         found = None
         for token, principal in self.tokens:  # compare with every token, in constant time each
             if hmac.compare_digest(token, offered):

@@ -1,78 +1,81 @@
-"""Prometheus metrics in the text exposition format, without a client library: a latency
-histogram, requests by route and outcome, served-insight counts and projector lag."""
+"""Prometheus metrics of the service through ``prometheus_client``, in a registry of its own (one per
+service, so that several in one process do not collide): latency, requests by route and outcome,
+served insights, projector lag and state."""
 
 from __future__ import annotations
 
-import threading
-from collections import defaultdict
 from collections.abc import Callable
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.utils import floatToGoString as _go_float
+
 BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class Metrics:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.requests: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.latency: defaultdict[str, list[int]] = defaultdict(lambda: [0] * (len(BUCKETS_S) + 1))
-        self.latency_sum: defaultdict[str, float] = defaultdict(float)
-        self.served = 0
-        self.retrievals = 0
-        self.degraded = 0
-        self.gauges: dict[str, Callable[[], float]] = {}
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "evomem_requests", "HTTP requests by route and outcome.", ("route", "outcome"), registry=r
+        )
+        self.latency = Histogram(
+            "evomem_request_seconds", "Request latency.", ("route",), buckets=BUCKETS_S, registry=r
+        )
+        self.retrievals = Counter("evomem_retrievals", "Retrievals served.", registry=r)
+        self.served = Counter("evomem_served_insights", "Insights served over all retrievals.", registry=r)
+        self.degraded = Counter(
+            "evomem_degraded_retrievals", "Retrievals answered from Qdrant alone (Redis down).", registry=r
+        )
 
     def observe(self, route: str, outcome: str, seconds: float) -> None:
-        with self._lock:
-            self.requests[(route, outcome)] += 1
-            buckets = self.latency[route]
-            for i, bound in enumerate(BUCKETS_S):
-                if seconds <= bound:
-                    buckets[i] += 1
-                    break
-            else:
-                buckets[-1] += 1
-            self.latency_sum[route] += seconds
+        """Counted before the response is sent: a client that has its answer sees it counted."""
+        self.requests.labels(route, outcome).inc()
+        self.latency.labels(route).observe(seconds)
 
     def served_insights(self, n: int, degraded: bool) -> None:
-        with self._lock:
-            self.retrievals += 1
-            self.served += n
-            self.degraded += int(degraded)
+        self.retrievals.inc()
+        self.served.inc(n)
+        if degraded:
+            self.degraded.inc()
 
-    def render(self) -> str:
-        lines = [
-            "# HELP evomem_requests_total HTTP requests by route and outcome.",
-            "# TYPE evomem_requests_total counter",
-        ]
-        with self._lock:
-            for (route, outcome), n in sorted(self.requests.items()):
-                lines.append(f'evomem_requests_total{{route="{route}",outcome="{outcome}"}} {n}')
-            lines += [
-                "# HELP evomem_request_seconds Request latency.",
-                "# TYPE evomem_request_seconds histogram",
-            ]
-            for route, buckets in sorted(self.latency.items()):
-                cumulative = 0
-                for bound, n in zip((*BUCKETS_S, float("inf")), buckets, strict=True):
-                    cumulative += n
-                    le = "+Inf" if bound == float("inf") else repr(bound)
-                    lines.append(f'evomem_request_seconds_bucket{{route="{route}",le="{le}"}} {cumulative}')
-                lines.append(f'evomem_request_seconds_sum{{route="{route}"}} {self.latency_sum[route]:.6f}')
-                lines.append(f'evomem_request_seconds_count{{route="{route}"}} {cumulative}')
-            lines += [
-                "# HELP evomem_retrievals_total Retrievals served.",
-                "# TYPE evomem_retrievals_total counter",
-                f"evomem_retrievals_total {self.retrievals}",
-                "# HELP evomem_served_insights_total Insights served over all retrievals.",
-                "# TYPE evomem_served_insights_total counter",
-                f"evomem_served_insights_total {self.served}",
-                "# HELP evomem_degraded_retrievals_total Retrievals answered from Qdrant alone (Redis down).",
-                "# TYPE evomem_degraded_retrievals_total counter",
-                f"evomem_degraded_retrievals_total {self.degraded}",
-            ]
-        for name, read in sorted(self.gauges.items()):
-            lines += [f"# TYPE {name} gauge", f"{name} {read()}"]
-        return "\n".join(lines) + "\n"
+    def gauge(self, name: str, help_: str, read: Callable[[], float]) -> None:
+        Gauge(name, help_, registry=self.registry).set_function(read)
+
+    def render(self) -> bytes:
+        """The text exposition format of the registry, labels in the order the metrics declare them
+        (``route`` before ``outcome``, ``le`` last) rather than ``generate_latest``'s alphabetical
+        order, and without the ``_created`` series."""
+        out: list[str] = []
+        for family in self.registry.collect():
+            name = family.name + ("_total" if family.type == "counter" else "")
+            out.append(f"# HELP {name} {_escape_help(family.documentation)}")
+            out.append(f"# TYPE {name} {family.type}")
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sample.labels.items())
+                out.append(
+                    f"{sample.name}{{{labels}}} {_number(sample.value)}"
+                    if labels
+                    else f"{sample.name} {_number(sample.value)}"
+                )
+        return ("\n".join(out) + "\n").encode()
 
 
-__all__ = ["BUCKETS_S", "Metrics"]
+def _number(value: float) -> str:
+    text: str = _go_float(value)  # type: ignore[no-untyped-call]
+    return text
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+__all__ = ["BUCKETS_S", "CONTENT_TYPE", "Metrics"]

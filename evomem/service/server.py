@@ -1,168 +1,158 @@
-"""The HTTP layer: a threading HTTP/1.1 server (keep-alive), JSON in and out, errors mapped to
-status codes. Routes: DESIGN §8."""
+"""The HTTP server: the Starlette app of ``routes`` under uvicorn (httptools), on a socket bound
+before anything else is opened, so that a port in use fails fast and leaves nothing behind."""
 
 from __future__ import annotations
 
-import json
-import re
+import asyncio
+import contextlib
+import errno
 import signal
+import socket
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from evomem.errors import ConfigError, EvomemError, InvalidEventError, NotFoundError, TransientError
+from evomem.errors import ConfigError
 from evomem.logs import get_logger
 from evomem.memory import Memory
-from evomem.service.api import RetrieveRequest, openapi
 from evomem.service.app import RetrievalService
-from evomem.service.auth import Forbidden, TokenAuth, Unauthorized
+from evomem.service.auth import TokenAuth
+from evomem.service.routes import Api, create_app
 from evomem.settings import Settings
-from evomem.stream import reason_of
-from schemas import TaskEvent
 
 log = get_logger("evomem.service")
 
-MAX_BODY = 1 << 20
-_INSIGHT = re.compile(r"^/v1/insights/([A-Za-z0-9_.:-]{1,128})(/lineage)?$")
+#: The listen backlog: the default of 5 made 64 agents connecting at once wait ~1 s for SYN retries
+#: (bench/README.md); the kernel caps it at net.core.somaxconn.
+BACKLOG = 128
+SHUTDOWN_GRACE_S = 10
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    # headers and body go out as separate writes: without TCP_NODELAY, Nagle's algorithm and the
-    # client's delayed ACK held every kept-alive response back ~40 ms (bench/README.md)
-    disable_nagle_algorithm = True
-    server: EvomemHTTPServer
+class _Protocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with an idle timeout from the first byte on: uvicorn arms its
+    keep-alive timer only after a response, so a client that connects and never sends a request, or
+    sends half its headers and stops, would hold its connection for as long as it wishes."""
 
-    # -- plumbing --------------------------------------------------------------------------------
-    def log_message(self, format: str, *args: Any) -> None:  # routed through the metrics instead
-        return
+    _header_timer: asyncio.TimerHandle | None = None
 
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timer()
 
-    def _json(self, status: int, payload: BaseModel | dict[str, Any]) -> None:
-        data = (
-            payload.model_dump_json() if isinstance(payload, BaseModel) else json.dumps(payload, default=str)
-        )
-        self._send(status, data.encode())
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._header_timer is None and self._between_requests() and not self.transport.is_closing():
+            self._arm_header_timer()  # part of a request's head came: the rest must follow in time
 
-    def _error(self, status: int, message: str, field: str | None = None) -> None:
-        self._json(status, {"error": message, "field": field})
+    def on_headers_complete(self) -> None:
+        self._cancel_header_timer()
+        super().on_headers_complete()
 
-    def _body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            raise InvalidEventError("body", f"larger than {MAX_BODY} bytes")
-        return self.rfile.read(length)
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
 
-    def _dispatch(self, route: str, fn: Any) -> None:
-        started = time.perf_counter()
-        outcome = "ok"
-        try:
-            fn()
-        except Unauthorized as exc:
-            outcome = "unauthorized"
-            self._error(401, str(exc))
-        except Forbidden as exc:
-            outcome = "forbidden"
-            self._error(403, str(exc))
-        except NotFoundError as exc:
-            outcome = "not_found"
-            self._error(404, str(exc))
-        except (InvalidEventError, ValidationError, ValueError) as exc:
-            outcome = "invalid"
-            reason, field = reason_of(exc)
-            self._error(422, reason, field)
-        except TransientError as exc:
-            outcome = "unavailable"
-            self._error(503, str(exc))
-        except EvomemError as exc:
-            outcome = "error"
-            self._error(500, str(exc))
-        except Exception:  # never a stack trace, a setting or a credential in a response
-            outcome = "error"
-            log.exception("request.failed", route=route)
-            self._error(500, "internal error")
-        finally:
-            self.server.service.metrics.observe(route, outcome, time.perf_counter() - started)
+    def _between_requests(self) -> bool:
+        return self.cycle is None or bool(self.cycle.response_complete)
 
-    def _principal(self) -> Any:
-        return self.server.service.auth.authenticate(self.headers.get("Authorization"))
+    def _arm_header_timer(self) -> None:
+        self._header_timer = self.loop.call_later(self.timeout_keep_alive, self._header_timeout)
 
-    # -- routes ----------------------------------------------------------------------------------
-    def do_POST(self) -> None:
-        svc = self.server.service
-        if self.path == "/v1/retrieve":
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
 
-            def retrieve() -> None:
-                body = self._body()  # read first: an unread body would corrupt the kept-alive connection
-                principal = self._principal()
-                self._json(200, svc.retrieve(principal, RetrieveRequest.model_validate_json(body)))
-
-            self._dispatch("retrieve", retrieve)
-        elif self.path == "/v1/events":
-
-            def events() -> None:
-                body = self._body()
-                principal = self._principal()
-                self._json(202, svc.publish(principal, TaskEvent.model_validate_json(body)))
-
-            self._dispatch("events", events)
-        else:
-            self._body()
-            self._dispatch("unknown", lambda: self._error(404, f"no route POST {self.path}"))
-
-    def do_GET(self) -> None:
-        svc = self.server.service
-        match = _INSIGHT.match(self.path)
-        if match:
-            insight_id, lineage = match.group(1), match.group(2)
-
-            def insight() -> None:
-                principal = self._principal()
-                body = svc.lineage(principal, insight_id) if lineage else svc.insight(principal, insight_id)
-                self._json(200, body)
-
-            self._dispatch("lineage" if lineage else "insight", insight)
-        elif self.path == "/healthz":
-
-            def health() -> None:
-                healthy, body = svc.health()
-                self._json(200 if healthy else 503, body)
-
-            self._dispatch("healthz", health)
-        elif self.path == "/metrics":
-            self._dispatch(
-                "metrics", lambda: self._send(200, svc.metrics.render().encode(), "text/plain; version=0.0.4")
-            )
-        elif self.path == "/openapi.json":
-            self._dispatch("openapi", lambda: self._json(200, openapi()))
-        else:
-            self._dispatch("unknown", lambda: self._error(404, f"no route GET {self.path}"))
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self._between_requests() and not self.transport.is_closing():
+            self.transport.close()
 
 
-class EvomemHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    # the default listen backlog of 5 made 64 agents connecting at once wait ~1 s for retries
-    request_queue_size = 128
+class _Server(uvicorn.Server):
+    """uvicorn's server without its own signal handling: ``serve`` installs handlers that let the
+    memory close cleanly (uvicorn re-raises the signal it caught after shutting down)."""
 
-    def __init__(self, address: tuple[str, int], service: RetrievalService) -> None:
-        super().__init__(address, _Handler)
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class EvomemHTTPServer:
+    """The service on its bound socket; ``serve_forever`` runs it (in any thread), ``shutdown`` stops
+    it and waits, ``server_close`` releases the socket."""
+
+    def __init__(self, sock: socket.socket, service: RetrievalService, settings: Settings) -> None:
+        self.socket = sock
         self.service = service
+        app, self.api = create_app(service, settings)
+        config = uvicorn.Config(
+            app,
+            http=_Protocol,
+            loop="asyncio",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            proxy_headers=False,
+            backlog=BACKLOG,
+            timeout_keep_alive=max(1, round(settings.http_idle_timeout_s)),
+            limit_concurrency=settings.http_max_connections,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        )
+        config.timeout_keep_alive = settings.http_idle_timeout_s  # type: ignore[assignment]  # a float works
+        self._server = _Server(config)
+        self._done = threading.Event()
+        self._done.set()
+
+    @property
+    def server_address(self) -> tuple[str, int]:
+        host, port = self.socket.getsockname()[:2]
+        return str(host), int(port)
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
+        host, port = self.server_address
+        return f"http://{host}:{port}"
+
+    def serve_forever(self, poll_interval: float = 0.1) -> None:  # poll_interval: the old signature
+        self._done.clear()
+        try:
+            self._server.run(sockets=[self.socket])
+        finally:
+            self._done.set()
+
+    def shutdown(self) -> None:
+        self._server.should_exit = True
+        self._done.wait(SHUTDOWN_GRACE_S + 5)
+
+    def server_close(self) -> None:
+        self.socket.close()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket; ``ConfigError`` with a plain reason when the address cannot be had."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
+    # without it Nagle's algorithm and the client's delayed ACK held every answer ~40 ms (the
+    # headers and the body go out as two writes); set on the listener too, which accepted sockets inherit
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"port {port} on {host} is in use; set EVOMEM_HTTP_PORT or --port") from None
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.setblocking(False)
+    return sock
 
 
 def build_server(settings: Settings, memory: Memory | None = None) -> EvomemHTTPServer:
@@ -172,30 +162,39 @@ def build_server(settings: Settings, memory: Memory | None = None) -> EvomemHTTP
             "without EVOMEM_TOKENS the service only listens on loopback; set tokens to bind "
             f"{settings.http_host}"
         )
-    memory = memory or Memory.open_local(settings)
-    memory.follow()
-    return EvomemHTTPServer((settings.http_host, settings.http_port), RetrievalService(memory, auth))
+    sock = bind(settings.http_host, settings.http_port)  # first: a port in use opens nothing
+    try:
+        memory = memory or Memory.open_local(settings)
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        memory.follow()
+        return EvomemHTTPServer(sock, RetrievalService(memory, auth), settings)
+    except BaseException:
+        sock.close()
+        memory.close()
+        raise
 
 
 def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT; the URL is written under DATA_DIR so other processes can find it."""
     server = build_server(settings)
     url_file = settings.data_dir / "run" / "service.url"
-    url_file.parent.mkdir(parents=True, exist_ok=True)
-    url_file.write_text(server.url)
-    stop = threading.Event()
 
     def shutdown(*_: Any) -> None:
-        stop.set()
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        server._server.should_exit = True
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, shutdown)
-    log.info("service.listening", url=server.url, auth=server.service.auth.enabled)
-    print(f"evomem retrieval service on {server.url}", flush=True)
+    previous = {sig: signal.signal(sig, shutdown) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        server.serve_forever(poll_interval=0.2)
+        url_file.parent.mkdir(parents=True, exist_ok=True)
+        url_file.write_text(server.url)
+        log.info("service.listening", url=server.url, auth=server.service.auth.enabled)
+        print(f"evomem retrieval service on {server.url}", flush=True)
+        server.serve_forever()
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         server.server_close()
         server.service.memory.close()
         url_file.unlink(missing_ok=True)
@@ -207,4 +206,4 @@ def service_url(data_dir: Path) -> str | None:
     return path.read_text().strip() if path.exists() else None
 
 
-__all__ = ["EvomemHTTPServer", "build_server", "serve", "service_url"]
+__all__ = ["Api", "EvomemHTTPServer", "bind", "build_server", "serve", "service_url"]
