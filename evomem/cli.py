@@ -243,6 +243,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
             f"namespace {ns:<16} {d['queries']} queries, {d['insights']} insights "
             f"({d['active']} active, {d['archived']} archived)"
         )
+        recent = d.get("recent") or {}
+        if recent.get("events"):
+            share = recent["harmful_share"]
+            print(
+                f"  last {recent['events']} events: {recent['judged']} insights judged, "
+                + (f"{100 * share:.1f}% found harmful where served" if share is not None else "none judged")
+                + f", {recent['retired_per_100_events']:.1f} archived or revised per 100 events"
+            )
     return 0
 
 

@@ -51,6 +51,7 @@ LUA_KINDS = (
     "texts",
     "dup",
     "quota",
+    "recent",
 )
 
 
@@ -130,6 +131,12 @@ def namespace_texts(namespace: str) -> str:
 def duplicate_band(namespace: str, band: str) -> str:
     """Set: the insights whose text falls in one locality-sensitive bucket (near-duplicate search)."""
     return _key(namespace, "dup", band)
+
+
+def recent_outcomes(namespace: str) -> str:
+    """List, newest first, capped: per applied event "served:harmed:archived" — how many insights it
+    judged, how many of those it found harmful (negative evidence), how many it archived or revised."""
+    return _key(namespace, "recent")
 
 
 def applied(namespace: str, event_id: str) -> str:

@@ -346,11 +346,19 @@ class Memory:
         for ns in namespaces:
             states = self.graph.states(self.graph.insight_ids(ns))
             active = sum(1 for st in states.values() if st == "active")
+            quality = self.graph.recent_quality(ns)
             per_ns[ns] = {
                 "queries": len(self.graph.query_ids(ns)),
                 "insights": len(states),
                 "active": active,
                 "archived": len(states) - active,
+                # the live pollution signal over the last applied events (ports.QualitySignal)
+                "recent": {
+                    "events": quality.events,
+                    "judged": quality.judged,
+                    "harmful_share": quality.harmful_share,
+                    "retired_per_100_events": quality.retired_per_100_events,
+                },
             }
         out: dict[str, Any] = {
             "stream": self.stream.info(),

@@ -133,6 +133,31 @@ class QueryHit:
     harms: tuple[str, ...] = ()
 
 
+#: Events of a namespace the live quality signal looks back over (``GraphStore.recent_quality``).
+RECENT_EVENTS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class QualitySignal:
+    """What the last ``events`` applied events of a namespace did to the insights they judged:
+    ``judged`` served or named insights, of which ``harmed`` were found harmful (negative evidence),
+    and ``retired`` insights archived or revised."""
+
+    events: int = 0
+    judged: int = 0
+    harmed: int = 0
+    retired: int = 0
+
+    @property
+    def harmful_share(self) -> float | None:
+        """The share of judged insights found harmful where they were served (None: none judged)."""
+        return self.harmed / self.judged if self.judged else None
+
+    @property
+    def retired_per_100_events(self) -> float | None:
+        return 100 * self.retired / self.events if self.events else None
+
+
 EventKey = tuple[str, str]
 """(namespace, event id): event ids are the client's and scoped to a namespace."""
 
@@ -183,6 +208,10 @@ class GraphStore(Protocol):
         ...
 
     def is_applied(self, namespace: str, event_id: str) -> bool: ...
+
+    def recent_quality(self, namespace: str) -> QualitySignal:
+        """The live pollution signal over the namespace's last ``RECENT_EVENTS`` applied events."""
+        ...
 
     # -- retrieval -------------------------------------------------------------------------------
     def neighbours(self, namespace: str, query_ids: Collection[str]) -> dict[str, dict[str, float]]:

@@ -909,3 +909,19 @@ def test_a_random_sequence_of_events_leaves_both_stores_in_the_same_state(redis_
             assert red.history(i) == ref.history(i)
     finally:
         client.close()
+
+
+def test_the_recent_quality_signal_counts_what_events_found_harmful_and_retired(store: GraphStore) -> None:
+    g = Graph(store)
+    g.add("A")  # judged 0
+    g.add("B")
+    g.apply(KEEP("A"), KEEP("B"))  # judged 2, harmed 0
+    g.apply(ARCHIVE("A"), status="failed", policy="immediate")  # judged 1, harmed 1, retired 1
+    g.apply(REVISE("B", "B2", "narrower"), status="failed")  # judged 1, harmed 1, retired 1
+    g.apply(ARCHIVE("B"), status="failed")  # B is archived already: harmed, not retired again
+    g.apply(KEEP("A"), ns="other", retrieved=["A"])  # another namespace's event: rejected, its own
+    signal = store.recent_quality(NS)
+    assert (signal.events, signal.judged, signal.harmed, signal.retired) == (6, 5, 3, 2)
+    assert signal.harmful_share == pytest.approx(3 / 5)
+    assert signal.retired_per_100_events == pytest.approx(100 * 2 / 6)
+    assert store.recent_quality("other").harmed == 0 and store.recent_quality("nobody").harmful_share is None

@@ -623,3 +623,20 @@ def test_a_query_reported_without_a_retrieval_is_linked_to_similar_past_queries(
     assert memory.graph.unlinked("fever", ids) == set()
     (other,) = memory.graph.query_ids("other")
     assert memory.graph.neighbours("other", [other]) == {other: {}}
+
+
+def test_stats_show_the_live_pollution_signal_of_each_namespace(memory: Memory) -> None:
+    """The share of judged insights found harmful where they were served, and retirements per 100
+    events, over the namespace's recent events: what an operator watches."""
+    a = add_insight(memory, "A: check the vehicle class.")
+    memory.report(memory.retrieve(TASK, namespace=NS), status="resolved", insight_feedback={a: "helpful"})
+    memory.report(memory.retrieve(TASK, namespace=NS), status="failed", insight_feedback={a: "harmful"})
+    memory.consolidate()
+    recent = memory.stats()["namespaces"][NS]["recent"]
+    # 1 negative against 2 positives reaches the evidence policy's max(1, 0.5 · 2): archived
+    assert recent == {
+        "events": 3,
+        "judged": 2,
+        "harmful_share": 0.5,
+        "retired_per_100_events": pytest.approx(100 / 3),
+    }

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter
 from evomem.editing import EditPlan, PlannedEdit, archive_threshold_reached
 from evomem.errors import InvalidEventError
 from evomem.ports import (
+    RECENT_EVENTS,
     ApplyResult,
     Change,
     EditOutcome,
@@ -26,6 +27,7 @@ from evomem.ports import (
     EventKey,
     InsightHead,
     InsightPoint,
+    QualitySignal,
     QueryPoint,
     RetrievalRecord,
     StoredDecision,
@@ -103,6 +105,7 @@ class InMemoryGraphStore:
         self._retrievals: dict[EventKey, RetrievalRecord] = {}
         self._history: list[EditRecord] = []
         self._changes: list[Change] = []
+        self._recent: dict[str, list[tuple[int, int, int]]] = {}  # namespace -> newest first
 
     # -- writes ------------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
@@ -146,6 +149,11 @@ class InMemoryGraphStore:
                     for a in plan.retrieved:
                         if a != b and self._node(plan, a) is not None:
                             self._edges.setdefault(b, set()).add((a, plan.query_id))
+            harmed = sum(1 for o in outcomes if o.op not in ("ADD", "KEEP") and o.outcome != "rejected")
+            retired = sum(1 for o in outcomes if o.outcome in ("archived", "revised", "merged"))
+            recent = self._recent.setdefault(plan.namespace, [])
+            recent.insert(0, (len(plan.retrieved), harmed, retired))
+            del recent[RECENT_EVENTS:]
             if ev.query_changed:
                 query.version += 1
                 self._feed("query", plan.namespace, plan.query_id, query.version)
@@ -386,6 +394,11 @@ class InMemoryGraphStore:
     def is_applied(self, namespace: str, event_id: str) -> bool:
         with self._lock:
             return (namespace, event_id) in self._applied
+
+    def recent_quality(self, namespace: str) -> QualitySignal:
+        with self._lock:
+            rows = self._recent.get(namespace, [])
+            return QualitySignal(len(rows), *(sum(r[i] for r in rows) for i in range(3)))
 
     # -- projection ------------------------------------------------------------------------------
     def changes(self, after: str, count: int) -> list[Change]:

@@ -26,6 +26,7 @@ from evomem.ports import (
     EventKey,
     InsightHead,
     InsightPoint,
+    QualitySignal,
     QueryPoint,
     RetrievalRecord,
     StoredDecision,
@@ -185,6 +186,15 @@ class RedisGraphStore:
 
     def is_applied(self, namespace: str, event_id: str) -> bool:
         return bool(self.r.exists(keys.applied(namespace, event_id)))
+
+    def recent_quality(self, namespace: str) -> QualitySignal:
+        rows = [_s(x).split(":") for x in self.r.lrange(keys.recent_outcomes(namespace), 0, -1)]
+        return QualitySignal(
+            len(rows),
+            sum(int(r[0]) for r in rows),
+            sum(int(r[1]) for r in rows),
+            sum(int(r[2]) for r in rows),
+        )
 
     # -- projection ------------------------------------------------------------------------------
     def changes(self, after: str, count: int) -> list[Change]:

@@ -256,6 +256,16 @@ if plan.status == 'resolved' then
   end
 end
 
+-- the live pollution signal (evomem stats): of the insights this event judged, how many it found
+-- harmful, and how many it retired
+local judged, harmed, retired = #plan.retrieved, 0, 0
+for _, o in ipairs(outcomes) do
+  if o.op ~= 'ADD' and o.outcome ~= 'rejected' and o.op ~= 'KEEP' then harmed = harmed + 1 end
+  if o.outcome == 'archived' or o.outcome == 'revised' or o.outcome == 'merged' then retired = retired + 1 end
+end
+redis.call('LPUSH', N .. ':recent', judged .. ':' .. harmed .. ':' .. retired)
+redis.call('LTRIM', N .. ':recent', 0, 999)  -- the last 1000 events (ports.RECENT_EVENTS)
+
 if query_changed then
   local v = redis.call('HINCRBY', qkey, 'version', 1)
   redis.call('XADD', P .. ':changes', 'MAXLEN', '~', changes_maxlen, '*', 'kind', 'query', 'ns', ns,
