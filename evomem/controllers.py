@@ -96,7 +96,8 @@ class RuleController:
     def _decide(self, inp: DecisionInput) -> ControllerDecision:
         op = "KEEP" if inp.event.status == "resolved" else "ARCHIVE"
         edits = [
-            InsightEdit(insight_id=n.id, operation=op, decided_by=self.name)
+            # an outcome alone is evidence, never grounds to archive: that needs a judge
+            InsightEdit(insight_id=n.id, operation=op, decided_by=self.name, evidence_only=op == "ARCHIVE")
             for n in inp.retrieved
             if self.relevant(inp, n)
         ]

@@ -10,6 +10,8 @@ implemented identically by every store (the contract suite checks that):
           chain, so the insight that replaced it gets the credit.
 * ARCHIVE q → Ω⁻. ``immediate`` (the paper, Eq. 13) deactivates at once; ``evidence`` deactivates
           only once |Ω⁻| ≥ max(1, ρ·|Ω⁺|), so an active node can carry conflict and λ acts on it.
+          An ARCHIVE marked ``evidence_only`` (what the rule controller infers from an outcome alone)
+          records the negative evidence and never deactivates: an irreversible edit needs a judge.
 * REVISE  old: q → Ω⁻, z=0 (Eq. 14); new node κ′ with Ω⁺ ∪ {q}, ∅, z=1 (Eq. 15). A node that is
           already archived is not revised again (that would fork its lineage): q → Ω⁻ only. If the
           revised text is already (or nearly) an active insight of the namespace, the old node is
@@ -57,6 +59,7 @@ class PlannedEdit(BaseModel):
     new_id: str | None = None  # the node created (REVISE/ADD)
     text: str | None = None  # κ′ or κ̂
     text_key: str | None = None  # digest of the normalised text, for ADD de-duplication
+    evidence_only: bool = False  # ARCHIVE: record the negative evidence, never archive
     twin: str | None = None  # an active insight whose text nearly repeats ``text``, found before apply
     bands: list[str] = []  # near-duplicate buckets of ``text``, registered when a node is created
     decided_by: str
@@ -163,7 +166,12 @@ def plan_edits(
             )
         else:
             edits.append(
-                PlannedEdit(op=edit.operation, insight_id=edit.insight_id, decided_by=edit.decided_by)
+                PlannedEdit(
+                    op=edit.operation,
+                    insight_id=edit.insight_id,
+                    evidence_only=edit.evidence_only and edit.operation == "ARCHIVE",
+                    decided_by=edit.decided_by,
+                )
             )
     add = decision.add_new_insight
     if add.decision and add.new_insight_text:

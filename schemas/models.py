@@ -156,6 +156,11 @@ class InsightEdit(_Strict):
     operation: Operation
     revised_insight_text: InsightText | None = None
     decided_by: str = "controller"
+    evidence_only: bool = Field(
+        False,
+        description="ARCHIVE as evidence alone: record the query as negative evidence, never archive "
+        "(what the rule controller infers from an outcome is too weak for an irreversible edit)",
+    )
 
     @model_validator(mode="after")
     def _revise_needs_text(self) -> InsightEdit:

@@ -925,3 +925,17 @@ def test_the_recent_quality_signal_counts_what_events_found_harmful_and_retired(
     assert signal.harmful_share == pytest.approx(3 / 5)
     assert signal.retired_per_100_events == pytest.approx(100 * 2 / 6)
     assert store.recent_quality("other").harmed == 0 and store.recent_quality("nobody").harmful_share is None
+
+
+def test_an_evidence_only_archive_records_the_negative_and_never_archives(store: GraphStore) -> None:
+    """What the rule controller infers from an outcome is evidence, not grounds for an irreversible
+    edit: under either policy the node stays active, with its conflict."""
+    g = Graph(store)
+    g.add("A")
+    weak = PlannedEdit(op="ARCHIVE", insight_id="A", evidence_only=True, decided_by="rules")
+    for policy in ("immediate", "evidence", "evidence"):
+        result = g.apply(weak, status="failed", policy=policy)
+        assert result.outcomes[0].outcome == "negative_evidence"
+    node = g.node("A")
+    assert (node.state, len(node.negative)) == ("active", 3)
+    assert g.apply(ARCHIVE("A"), status="failed", policy="immediate").outcomes[0].outcome == "archived"

@@ -640,3 +640,16 @@ def test_stats_show_the_live_pollution_signal_of_each_namespace(memory: Memory) 
         "harmful_share": 0.5,
         "retired_per_100_events": pytest.approx(100 / 3),
     }
+
+
+def test_the_rule_controller_blames_with_evidence_and_never_archives(open_memory: Any) -> None:
+    """A failed task is evidence against the relevant insights it was served, never enough to archive
+    one: that needs a judge (a verdict, or the LLM)."""
+    mem = open_memory(archive_policy="immediate")
+    a = add_insight(mem, "A: check the vehicle class.")
+    for _ in range(3):
+        mem.report(mem.retrieve(TASK, namespace=NS), status="failed")
+    mem.consolidate()
+    node = mem.insight(a)
+    assert (node.state, len(node.negative)) == ("active", 3)
+    assert [h.outcome for h in node.history][-3:] == ["negative_evidence"] * 3

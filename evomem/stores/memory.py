@@ -272,9 +272,13 @@ class InMemoryGraphStore:
             if edit.text_key:
                 self._texts[(plan.namespace, edit.text_key)] = edit.new_id
             return EditOutcome("REVISE", node.id, "revised", new_id=edit.new_id)
-        if was_active and (
-            plan.archive_policy == "immediate"
-            or archive_threshold_reached(len(node.negative), len(node.positive), plan.archive_ratio)
+        if (
+            was_active
+            and not edit.evidence_only
+            and (
+                plan.archive_policy == "immediate"
+                or archive_threshold_reached(len(node.negative), len(node.positive), plan.archive_ratio)
+            )
         ):
             node.state = "archived"
             self._touch(node, plan, ev, True)

@@ -213,7 +213,7 @@ for _, e in ipairs(plan.edits) do
         table.insert(linked, e.new_id)
       else
         local archive = false
-        if state == 'active' then
+        if state == 'active' and e.evidence_only ~= true then
           if plan.archive_policy == 'immediate' then
             archive = true
           else
