@@ -26,7 +26,7 @@ def test_quality_bench_writes_its_section(tmp_path: Path, capsys: pytest.Capture
     out.write_text(json.dumps({"llm": {"kept": True}}))
     arms = ["none", append_only_arm(), default_arm(), "llm"]
     argv = ["--tasks", "40", "--seeds", "2", "--worlds", "mixed-j10", "--arms", ",".join(arms)]
-    argv += ["--consolidate-every", "10", "--jobs", "1", "--no-progress"]
+    argv += ["--consolidate-every", "10", "--jobs", "1", "--no-progress", "--param", "repeat_rate=0.5"]
     argv += ["--out", str(out), "--plot", str(tmp_path / "quality.png")]
     assert main(argv) == 0
 
@@ -48,6 +48,7 @@ def test_quality_bench_writes_its_section(tmp_path: Path, capsys: pytest.Capture
         "targets",
     } <= set(q)
     assert q["worlds"]["mixed-j10"]["judge_error"] == 0.10
+    assert q["worlds"]["mixed-j10"]["repeat_rate"] == 0.5
     figures = q["figures"]["mixed-j10"]
     assert set(figures) == set(arms)
     for arm in arms:

@@ -65,6 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FIELD=VALUE",
         help="a Settings field for every memory arm, after the arm's own (e.g. rules_credit=all)",
     )
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a world parameter for every world (e.g. judge_share=0.5; see the printed defaults)",
+    )
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes (2)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 seeds, 150 tasks")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results file (bench/results.json)")
@@ -82,14 +89,31 @@ def _names(text: str, known: dict[str, Any], what: str) -> list[str]:
     return names
 
 
-def _extra(pairs: Sequence[str]) -> tuple[tuple[str, str], ...]:
+def _extra(pairs: Sequence[str], flag: str = "--set") -> tuple[tuple[str, str], ...]:
     out = []
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
-            raise SystemExit(f"--set takes FIELD=VALUE, not {pair!r}")
+            raise SystemExit(f"{flag} takes FIELD=VALUE, not {pair!r}")
         out.append((name.strip(), value.strip()))
     return tuple(out)
+
+
+def world_specs(args: argparse.Namespace) -> dict[str, WorldSpec]:
+    """The chosen worlds, with the --param overrides applied to each."""
+    fields = {f.name: f for f in dataclasses.fields(WorldSpec)}
+    changes: dict[str, Any] = {}
+    for name, value in _extra(args.param, "--param"):
+        if name not in fields or name in ("name", "description"):
+            raise SystemExit(f"--param: no world parameter {name!r}; known: {', '.join(list(fields)[2:])}")
+        default = fields[name].default
+        if value.lower() == "none":
+            changes[name] = None
+        elif isinstance(default, bool):
+            changes[name] = value.lower() in ("1", "true", "yes", "on")
+        else:
+            changes[name] = int(value) if isinstance(default, int) else float(value)
+    return {w: dataclasses.replace(WORLDS[w], **changes) for w in _names(args.worlds, WORLDS, "worlds")}
 
 
 # -- planning and running -----------------------------------------------------------------------
@@ -99,8 +123,7 @@ def plan(args: argparse.Namespace) -> tuple[list[Job], dict[Job, list[str]]]:
     extra = _extra(args.set)
     stands_for: dict[Job, list[str]] = {}
     canonical: dict[tuple[Any, ...], Job] = {}
-    for world in _names(args.worlds, WORLDS, "worlds"):
-        spec = WORLDS[world]
+    for world, spec in world_specs(args).items():
         for arm_name in _names(args.arms, ARMS, "arms"):
             arm = ARMS[arm_name]
             for seed in range(args.first_seed, args.first_seed + args.seeds):
@@ -120,8 +143,14 @@ def plan(args: argparse.Namespace) -> tuple[list[Job], dict[Job, list[str]]]:
     return order, stands_for
 
 
+def cost(job: Job) -> float:
+    """A run's expected share of the work, for the progress bar: the LLM arm's HTTP round trips make
+    it slower, and a run without memory costs next to nothing."""
+    return job.tasks * (0.02 if not job.arm.memory else 2.0 if job.arm.llm else 1.0)
+
+
 def execute(
-    jobs: Sequence[Job], workers: int, tick: Callable[[int, int], None]
+    jobs: Sequence[Job], workers: int, tick: Callable[[Job | None], None]
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Run every job (in ``workers`` processes, each run with its own embedded stores)."""
     runs: list[dict[str, Any]] = []
@@ -134,9 +163,9 @@ def execute(
             )
         elif result is not None:
             runs.append(result)
-        tick(len(runs) + len(failures), len(jobs))
+        tick(job)
 
-    tick(0, len(jobs))
+    tick(None)
     if workers <= 1:
         for job in jobs:
             try:
@@ -153,25 +182,31 @@ def execute(
 
 
 class Progress:
-    """A progress bar on stderr (a line per tenth when stderr is not a terminal)."""
+    """A progress bar on stderr, by expected work (a line per tenth when stderr is not a terminal)."""
 
-    def __init__(self, stream: TextIO, enabled: bool) -> None:
+    def __init__(self, stream: TextIO, enabled: bool, jobs: Sequence[Job]) -> None:
         self.stream, self.enabled = stream, enabled
         self.tty = stream.isatty()
         self.started = time.perf_counter()
         self.shown = -1
+        self.total, self.work = len(jobs), sum(cost(j) for j in jobs) or 1.0
+        self.done, self.done_work = 0, 0.0
 
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled or total == 0:
+    def __call__(self, finished: Job | None) -> None:
+        if finished is not None:
+            self.done += 1
+            self.done_work += cost(finished)
+        if not self.enabled or self.total == 0:
             return
         elapsed = time.perf_counter() - self.started
-        eta = f"~{elapsed / done * (total - done):4.0f} s left" if done else ""
-        bar = "#" * (30 * done // total) + "." * (30 - 30 * done // total)
-        line = f"[{bar}] {done}/{total} runs  {elapsed:5.0f} s  {eta}"
+        share = min(1.0, self.done_work / self.work)
+        eta = f"~{elapsed / share * (1 - share):4.0f} s left" if share > 0 else ""
+        bar = "#" * int(30 * share) + "." * (30 - int(30 * share))
+        line = f"[{bar}] {self.done}/{self.total} runs  {elapsed:5.0f} s  {eta}"
         if self.tty:
-            self.stream.write("\r" + line + ("\n" if done == total else ""))
-        elif 10 * done // total != self.shown:
-            self.shown = 10 * done // total
+            self.stream.write("\r" + line + ("\n" if self.done == self.total else ""))
+        elif int(10 * share) != self.shown:
+            self.shown = int(10 * share)
             self.stream.write(line + "\n")
         self.stream.flush()
 
@@ -187,7 +222,7 @@ def describe(args: argparse.Namespace, worlds: list[str], arms: list[str]) -> li
         + ", ".join(f"{k}={v}" for k, v in defaults.as_dict().items() if k not in ("name", "description")),
     ]
     for name in worlds:
-        spec = WORLDS[name]
+        spec = world_specs(args)[name]
         changed = {
             k: v
             for k, v in spec.as_dict().items()
@@ -262,7 +297,7 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None, leaked: list[str
         print(f"ignored from the environment: {', '.join(leaked)}")
     loadavg, started = os.getloadavg(), time.perf_counter()
     jobs, stands_for = plan(args)
-    raw, failures = execute(jobs, max(1, args.jobs), Progress(sys.stderr, not args.no_progress))
+    raw, failures = execute(jobs, max(1, args.jobs), Progress(sys.stderr, not args.no_progress, jobs))
     by_job = {(r["world"], r["arm"], r["seed"]): r for r in raw}
     runs = []
     for job in jobs:
@@ -272,10 +307,11 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None, leaked: list[str
     duration = time.perf_counter() - started
     figures = summary.aggregate(runs)
     figures = {w: {a: figures[w][a] for a in arms if a in figures.get(w, {})} for w in worlds if w in figures}
-    print(summary.table(figures, {w: WORLDS[w].description for w in worlds}))
+    specs = world_specs(args)
+    print(summary.table(figures, {w: specs[w].description for w in worlds}))
     checks = summary.targets(
         figures,
-        {w: WORLDS[w].judge_error for w in worlds},
+        {w: specs[w].judge_error for w in worlds},
         default_arm(),
         append_only_arm(),
         f"nojudge/{default_scoring()}",
@@ -314,7 +350,7 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None, leaked: list[str
                 "namespace": NAMESPACE,
                 "default_scoring": default_scoring(),
             },
-            "worlds": {w: WORLDS[w].as_dict() for w in worlds},
+            "worlds": {w: specs[w].as_dict() for w in worlds},
             "arms": {
                 a: {"settings": dict(ARMS[a].settings), "judged": ARMS[a].judged, "llm": ARMS[a].llm}
                 for a in arms

@@ -49,8 +49,13 @@ class _Tally:
     success: list[int] = field(default_factory=list)
     served: Counter[str] = field(default_factory=Counter)  # lesson key → times served
     harmful: Counter[str] = field(default_factory=Counter)  # lesson key → times served where it harmed
+    helpful: int = 0  # served insights that helped where served
     unknown_served: int = 0
-    hits: dict[str, list[int]] = field(default_factory=lambda: {"verbatim": [0, 0], "paraphrase": [0, 0]})
+    # per kind of return: the taught lesson ranked first, served at all (in the top B), returns counted
+    hits: dict[str, dict[str, int]] = field(
+        default_factory=lambda: {k: {"first": 0, "served": 0, "n": 0} for k in ("verbatim", "paraphrase")}
+    )
+    missed_for: Counter[str] = field(default_factory=Counter)  # what was first when the taught lesson was not
     operations: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
     dead_lettered: int = 0
@@ -110,8 +115,10 @@ def run_job(job: Job) -> dict[str, Any]:
         "success": tally.success,
         "served": sum(tally.served.values()),
         "harmful_served": sum(tally.harmful.values()),
+        "helpful_served": tally.helpful,
         "unknown_served": tally.unknown_served,
         "hits": tally.hits,
+        "missed_for": dict(tally.missed_for),
         "operations": dict(tally.operations),
         "outcomes": dict(tally.outcomes),
         "dead_lettered": tally.dead_lettered,
@@ -177,8 +184,10 @@ def _count_served(
             tally.unknown_served += 1
             continue
         tally.served[lesson.key] += 1
-        if world.effect(lesson, task.topic, task.index) < 0:
+        effect = world.effect(lesson, task.topic, task.index)
+        if effect < 0:
             tally.harmful[lesson.key] += 1
+        tally.helpful += effect > 0
     target = teachings.target(task)
     if target is None:
         return
@@ -186,8 +195,16 @@ def _count_served(
     if not world.is_good(world.lessons[key], task.index):
         return  # drift turned the taught lesson bad: ranking it first is no longer the goal
     first = served[0] if served else None
-    tally.hits[kind][0] += int(first is not None and first.key == key)
-    tally.hits[kind][1] += 1
+    hits = tally.hits[kind]
+    hits["n"] += 1
+    hits["served"] += any(x is not None and x.key == key for x in served)
+    if first is not None and first.key == key:
+        hits["first"] += 1
+    elif first is None:
+        tally.missed_for["nothing served"] += 1
+    else:
+        same = "" if first.home in (None, task.topic) else ", another topic"
+        tally.missed_for[f"{first.kind}{same}"] += 1
 
 
 def _consolidate(mem: Memory, tally: _Tally) -> None:

@@ -17,9 +17,12 @@ METRICS = (
     "final_success",
     "success",
     "pollution",
+    "helpful_share",
     "wrongful_archives",
     "hit1_verbatim",
     "hit1_paraphrase",
+    "served_verbatim",
+    "served_paraphrase",
     "active",
     "archived",
     "prompt_tokens_per_event",
@@ -35,9 +38,12 @@ def run_metrics(run: Mapping[str, Any]) -> dict[str, float | None]:
         "final_success": _ratio(sum(window), len(window)),
         "success": _ratio(sum(success), len(success)),
         "pollution": _ratio(run["harmful_served"], run["served"]),
+        "helpful_share": _ratio(run["helpful_served"], run["served"]),
         "wrongful_archives": _ratio(run.get("good_archived", 0), run.get("good_insights", 0)),
-        "hit1_verbatim": _ratio(*hits["verbatim"]),
-        "hit1_paraphrase": _ratio(*hits["paraphrase"]),
+        "hit1_verbatim": _ratio(hits["verbatim"]["first"], hits["verbatim"]["n"]),
+        "hit1_paraphrase": _ratio(hits["paraphrase"]["first"], hits["paraphrase"]["n"]),
+        "served_verbatim": _ratio(hits["verbatim"]["served"], hits["verbatim"]["n"]),
+        "served_paraphrase": _ratio(hits["paraphrase"]["served"], hits["paraphrase"]["n"]),
         "active": run.get("active"),
         "archived": run.get("archived"),
         "prompt_tokens_per_event": (run.get("llm") or {}).get("prompt_tokens_per_event"),
@@ -68,10 +74,10 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str
         per_seed = [run_metrics(r) for r in rs]
         figures: dict[str, Any] = {m: spread(p[m] for p in per_seed) for m in METRICS}
         for kind in ("verbatim", "paraphrase"):
-            figures[f"hit1_{kind}_pooled"] = [
-                sum(r["hits"][kind][0] for r in rs),
-                sum(r["hits"][kind][1] for r in rs),
-            ]
+            figures[f"returns_{kind}"] = {
+                k: sum(r["hits"][kind][k] for r in rs) for k in ("first", "served", "n")
+            }
+        figures["missed_for"] = dict(sum((Counter(r["missed_for"]) for r in rs), Counter()))
         figures["seeds"] = sorted(r["seed"] for r in rs)
         figures["operations"] = dict(sum((Counter(r["operations"]) for r in rs), Counter()))
         figures["outcomes"] = dict(sum((Counter(r["outcomes"]) for r in rs), Counter()))
@@ -166,10 +172,13 @@ def target_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
 COLUMNS = (
     ("final_success", "final"),
     ("success", "overall"),
-    ("pollution", "pollution"),
-    ("wrongful_archives", "good arch."),
-    ("hit1_verbatim", "hit@1 same"),
-    ("hit1_paraphrase", "hit@1 para"),
+    ("pollution", "polluted"),
+    ("helpful_share", "helpful"),
+    ("wrongful_archives", "good arch"),
+    ("hit1_verbatim", "hit1 same"),
+    ("hit1_paraphrase", "hit1 para"),
+    ("served_verbatim", "topB same"),
+    ("served_paraphrase", "topB para"),
     ("active", "active"),
     ("archived", "archived"),
     ("prompt_tokens_per_event", "tok/event"),
@@ -178,10 +187,14 @@ COLUMNS = (
 
 def table(figures: Mapping[str, Mapping[str, Mapping[str, Any]]], worlds: Mapping[str, str]) -> str:
     """Per world, one row per arm: mean ± std over seeds (counts and tokens: the mean)."""
-    lines = []
+    lines = [
+        "final: success in the final window; overall: over the run; polluted / helpful: share of served "
+        "insights that harmed / helped where served; good arch: share of good insights archived; hit1: the "
+        "lesson a returning query taught ranked first (same text / paraphrased); topB: served at all"
+    ]
     for world, arms in figures.items():
         lines.append(f"\n{world}: {worlds.get(world, '')}")
-        head = f"{'arm':<26}" + "".join(f"{label:>14}" for _, label in COLUMNS)
+        head = f"{'arm':<26}" + "".join(f"{label:>10}" for _, label in COLUMNS)
         lines += [head, "-" * len(head)]
         for arm, f in arms.items():
             cells = []
@@ -192,8 +205,8 @@ def table(figures: Mapping[str, Mapping[str, Mapping[str, Any]]], worlds: Mappin
                 elif metric in ("active", "archived", "prompt_tokens_per_event"):
                     cells.append(f"{s['mean']:.0f}")
                 else:
-                    cells.append(f"{s['mean']:.3f}±{s['std']:.3f}")
-            lines.append(f"{arm:<26}" + "".join(f"{c:>14}" for c in cells))
+                    cells.append(f"{s['mean']:.2f}±{s['std']:.2f}")
+            lines.append(f"{arm:<26}" + "".join(f"{c:>10}" for c in cells))
     return "\n".join(lines)
 
 
@@ -211,6 +224,12 @@ def evidence_lines(run: Mapping[str, Any], edits_shown: int = 10) -> list[str]:
     if edits:
         lines.append("    edits (insight kind | op | outcome | decided by), most frequent:")
         lines += [f"      {n:>5}  {key}" for key, n in edits.most_common(edits_shown)]
+    missed = Counter(run.get("missed_for", {}))
+    if missed:
+        lines.append(
+            "    when a taught lesson came back and was not ranked first, first was: "
+            + ", ".join(f"{k} {n}" for k, n in missed.most_common())
+        )
     if run.get("good_insights"):
         lines.append(
             f"    good insights archived: {run['good_archived']} of {run['good_insights']}, "
