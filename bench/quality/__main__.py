@@ -18,6 +18,7 @@ import platform
 import shlex
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from datetime import UTC, datetime
@@ -40,6 +41,8 @@ DEFAULT_PLOT = Path("bench/quality.png")
 DEFAULT_SEEDS = 5
 DEFAULT_TASKS = 600
 QUICK = {"seeds": 2, "tasks": 150}
+#: Edits kept per (world, arm) in the results file's evidence (the most frequent kinds).
+EVIDENCE_EDITS = 8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -369,28 +372,42 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None, leaked: list[str
 
 
 def print_evidence(runs: Sequence[dict[str, Any]], checks: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """For every world with a failed target: what its arms served most and which edits they made
-    (the first seed), so that an ordering can be explained from the data."""
+    """For every world with a failed target: what the arms it compares served most and which edits
+    they made (their first seed), so that an ordering can be explained from the data. Returns the
+    same evidence for every (world, arm), shortened, for results.json."""
     failed: dict[str, list[str]] = {}
     for c in checks:
         if not c["pass"]:
             for arm in c["arms"]:
                 if arm not in failed.setdefault(c["world"], []):
                     failed[c["world"]].append(arm)
-    out: dict[str, Any] = {}
+    first: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in sorted(runs, key=lambda r: r["seed"], reverse=True):
+        first[(r["world"], r["arm"])] = r
     if failed:
         print("\nevidence for the failed targets (first seed of each arm):")
     for world, arms in failed.items():
         print(f"\n{world}")
         for arm in arms:
-            mine = sorted(
-                (r for r in runs if r["world"] == world and r["arm"] == arm), key=lambda r: r["seed"]
-            )
-            if not mine:
-                continue
-            print("\n".join(summary.evidence_lines(mine[0])))
-            keep = ("seed", "top_served", "edits", "good_insights", "good_archived", "good_archived_by")
-            out.setdefault(world, {})[arm] = {k: mine[0].get(k) for k in keep}
+            if (world, arm) in first:
+                print("\n".join(summary.evidence_lines(first[(world, arm)])))
+    out: dict[str, Any] = {}
+    for (world, arm), r in first.items():
+        if "top_served" not in r:
+            continue  # no memory, nothing served
+        out.setdefault(world, {})[arm] = {
+            "seed": r["seed"],
+            "top_served": [
+                {
+                    k: row[k]
+                    for k in ("lesson", "kind", "served", "harmful_where_served", "states", "positive")
+                }
+                for row in r["top_served"][:3]
+            ],
+            "edits": dict(Counter(r["edits"]).most_common(EVIDENCE_EDITS)),
+            "missed_for": r["missed_for"],
+            "good_archived_by": r["good_archived_by"],
+        }
     return out
 
 

@@ -157,7 +157,7 @@ def _loop(job: Job, world: World, mem: Memory | None, tally: _Tally) -> None:
         mem.report(
             retrieval,
             status="resolved" if success else "failed",
-            event_id=str(uuid.uuid5(_EVENT_NS, f"{job.world.name}:{job.arm.name}:{job.seed}:{task.index}")),
+            event_id=str(uuid.uuid5(_EVENT_NS, f"{job.seed}:{task.index}")),
             agent_id=f"agent-{task.index % 8}",
             trajectory=steps,
             final_answer=f"{topic.name}: {'done' if success else 'not solved'}",
@@ -233,7 +233,9 @@ def _final_state(world: World, mem: Memory, tally: _Tally, arm: ArmSpec) -> dict
                 continue
             seen.add(ident)
             about = h.insight_id if h.op != "ADD" else h.new_id
-            edits[f"{kind_of.get(about or '', 'unknown')}|{h.op}|{h.outcome}|{_who(h.decided_by)}"] += 1
+            # an ADD that repeated an active insight made no node: its proposal's kind is unknown here
+            kind = kind_of.get(about or "", "repeat" if h.outcome == "duplicate" else "unknown")
+            edits[f"{kind}|{h.op}|{h.outcome}|{_who(h.decided_by)}"] += 1
         lesson = world.by_text.get(node.text)
         if lesson is None or not world.is_good(lesson, end):
             continue
