@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint format bench schemas up down clean
+.PHONY: install demo test lint format bench bench-quality schemas up down clean
 
 install: $(STAMP)
 
@@ -34,6 +34,10 @@ bench: install           ## benchmarks; figures printed and merged into bench/re
 	$(BIN)/python -m evomem.bench_pipeline
 	$(BIN)/python -m evomem.bench_llm
 	$(BIN)/python -m evomem.bench_http
+
+bench-quality: install   ## long-horizon memory quality (bench/README.md); figures into bench/results.json
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m bench.quality
 
 up: install              ## Redis, workers and the retrieval side in the background (logs under DATA_DIR)
 	$(BIN)/evomem up

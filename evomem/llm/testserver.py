@@ -3,6 +3,8 @@
 ``POST /v1/chat/completions`` answers the controller's prompt with a rule-based judge (resolved →
 KEEP, failed → ARCHIVE, feedback saying "too broad" → REVISE, a proposed insight → ADD), in
 json_schema or json_object mode, with usage counts (the conservative estimate of ``tokens``).
+A caller can plug in its own judge (``LLMTestServer(judge=...)``, same signature as ``judge``): the
+quality benchmark gives it the simulated world's ground truth and an error rate.
 It can be scripted per request with faults: 429 with Retry-After, 500, 503, 400, a response slower
 than the client's timeout, truncated JSON, wrong-shaped JSON, JSON wrapped in prose; and per event:
 unknown insight numbers, or an answer that obeys instructions found in the trajectory. From
@@ -21,7 +23,7 @@ import math
 import re
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -45,6 +47,9 @@ EVENT_FAULTS = frozenset({"unknown_ids", "obey"})
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 _INSIGHT_REF = re.compile(r"\binsight\s+#?(\d+)", re.I)
 _STATUS = {"rate_limit": 429, "server_error": 500, "unavailable": 503, "bad_request": 400}
+#: Decides one event: its document in the prompt and the prompt's insights (number → text) → the
+#: event's entry in the answer ({"event", "insight_edits", "add_new_insight"}).
+JudgeFn = Callable[[dict[str, Any], dict[int, str]], dict[str, Any]]
 
 
 @dataclass
@@ -78,6 +83,7 @@ class _State:
     latency_s: float
     json_schema: bool
     api_key: str | None
+    judge: JudgeFn = field(default_factory=lambda: judge)
     faults: list[Fault] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     in_flight: int = 0
@@ -283,7 +289,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
         entries = []
         for doc in events:
-            entry = judge(doc, insights)
+            entry = state.judge(doc, insights)
             per_event = state.take(json.dumps(doc, ensure_ascii=False), kinds=EVENT_FAULTS)
             entries.append(corrupt(entry, doc, per_event.kind, insights) if per_event else entry)
             fault = fault or per_event
@@ -364,8 +370,12 @@ class LLMTestServer:
         latency_s: float = 0.0,
         json_schema: bool = True,
         api_key: str | None = None,
+        judge: JudgeFn | None = None,
     ) -> None:
+        """``judge`` replaces the built-in rule-based ``judge`` (faults still apply on top of it)."""
         self.state = _State(latency_s, json_schema, api_key)
+        if judge is not None:
+            self.state.judge = judge
         self._httpd = _Server((host, port), self.state)
         self._thread: threading.Thread | None = None
 
@@ -468,4 +478,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["Call", "Fault", "LLMTestServer", "corrupt", "judge", "main", "read_prompt"]
+__all__ = ["Call", "Fault", "JudgeFn", "LLMTestServer", "corrupt", "judge", "main", "read_prompt"]

@@ -1,0 +1,1 @@
+"""The project's benchmarks that are not shipped in the wheel (run from a checkout)."""

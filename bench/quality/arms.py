@@ -1,0 +1,126 @@
+"""The arms: which memory configuration an agent fleet runs with, and who judges its events.
+
+* ``none``: no memory at all.
+* ``<operations>[-<archive policy>]/<scoring>``: the paper's ablations (``add+keep`` append-only,
+  ``add+keep+archive``, ``all``) with the world's judge, whose verdicts travel in the events
+  (``insight_feedback``); the rule controller decides what the judge leaves unnamed and the ADD.
+* ``nojudge/<scoring>``: every operation, the evidence policy, the rule controller alone: no verdict
+  in any event.
+* ``llm``: every operation, the evidence policy, the LLM controller against the local
+  OpenAI-compatible test server, whose judge knows the world's ground truth and errs at its rate.
+
+``scoring`` and the rule controller's credit (``EVOMEM_SCORING``, ``EVOMEM_RULES_CREDIT``) are passed
+as settings; a version of evomem without them ignores them (``Settings`` ignores unknown fields), and
+the arms of both scorings then run the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evomem.settings import Settings
+
+SCORINGS = ("count", "weighted")
+#: The LLM arm's model name: it has no price, so no cost is made up for the local judge.
+LLM_MODEL = "evomem-quality-judge"
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    name: str
+    memory: bool = True
+    judged: bool = False  # explicit verdicts from the world's judge in the events
+    llm: bool = False  # the LLM controller against the test server with the world's judge
+    settings: tuple[tuple[str, str], ...] = ()  # Settings fields of this arm
+
+    def overrides(self) -> dict[str, str]:
+        return dict(self.settings)
+
+
+def default_scoring() -> str:
+    """The scoring ``Settings()`` uses; ``count`` (the paper's Eq. 8-9) where there is no choice."""
+    field = Settings.model_fields.get("scoring")
+    return str(field.default) if field is not None and field.default is not None else "count"
+
+
+def _ablations() -> list[ArmSpec]:
+    configs = (
+        ("add+keep", "add+keep", "evidence"),
+        ("add+keep+archive", "add+keep+archive", "evidence"),
+        ("all-immediate", "all", "immediate"),
+        ("all-evidence", "all", "evidence"),
+    )
+    return [
+        ArmSpec(
+            f"{name}/{scoring}",
+            judged=True,
+            settings=(("operations", ops), ("archive_policy", policy), ("scoring", scoring)),
+        )
+        for name, ops, policy in configs
+        for scoring in SCORINGS
+    ]
+
+
+ARMS: dict[str, ArmSpec] = {
+    a.name: a
+    for a in (
+        ArmSpec("none", memory=False),
+        *_ablations(),
+        *(
+            ArmSpec(f"nojudge/{scoring}", settings=(("operations", "all"), ("scoring", scoring)))
+            for scoring in SCORINGS
+        ),
+        ArmSpec("llm", llm=True, settings=(("operations", "all"), ("archive_policy", "evidence"))),
+    )
+}
+
+
+def default_arm() -> str:
+    """The arm that runs the default configuration (every operation, the evidence policy, the
+    default scoring), which the issue's targets are about."""
+    return f"all-evidence/{default_scoring()}"
+
+
+def append_only_arm() -> str:
+    return f"add+keep/{default_scoring()}"
+
+
+def settings_for(
+    arm: ArmSpec, data_dir: Path, llm_url: str | None = None, extra: dict[str, str] | None = None
+) -> Settings:
+    """An embedded memory under ``data_dir`` for this arm; ``extra`` applies to every arm."""
+    values: dict[str, Any] = {
+        "data_dir": data_dir,
+        "redis_url": None,
+        "qdrant_url": None,
+        "url": None,
+        "embedder": "hashing",
+        "controller": "rules",
+        **arm.overrides(),
+        **(extra or {}),
+    }
+    if arm.llm:
+        if llm_url is None:
+            raise ValueError(f"arm {arm.name} needs the LLM test server's URL")
+        values.update(
+            controller="llm",
+            llm_base_url=llm_url,
+            llm_api_key="local",
+            llm_model=LLM_MODEL,
+            llm_tokenizer="estimate",
+        )
+    return Settings(**values)
+
+
+__all__ = [
+    "ARMS",
+    "LLM_MODEL",
+    "SCORINGS",
+    "ArmSpec",
+    "append_only_arm",
+    "default_arm",
+    "default_scoring",
+    "settings_for",
+]

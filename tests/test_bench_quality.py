@@ -1,0 +1,116 @@
+"""The memory quality benchmark (python -m bench.quality) at a tiny size: it runs the real memory
+per arm, prints a table and the targets, and merges a "quality" section with the documented keys
+into the results file. No figure is asserted beyond its range: the worlds are random."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bench.quality import summary
+from bench.quality.__main__ import main
+from bench.quality.arms import append_only_arm, default_arm
+from bench.quality.judge import explicit_verdict, llm_judge
+from bench.quality.worlds import WORLDS, World
+from evomem import Memory, Settings
+from evomem.llm.testserver import LLMTestServer
+
+
+def test_quality_bench_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({"llm": {"kept": True}}))
+    arms = ["none", append_only_arm(), default_arm(), "llm"]
+    argv = ["--tasks", "40", "--seeds", "2", "--worlds", "mixed-j10", "--arms", ",".join(arms)]
+    argv += ["--consolidate-every", "10", "--jobs", "1", "--no-progress", "--param", "repeat_rate=0.5"]
+    argv += ["--out", str(out), "--plot", str(tmp_path / "quality.png")]
+    assert main(argv) == 0
+
+    printed = capsys.readouterr().out
+    assert "mixed-j10" in printed and "targets (issue 8)" in printed
+    assert any(line.startswith(("PASS", "FAIL")) for line in printed.splitlines())
+    doc = json.loads(out.read_text())
+    assert doc["llm"] == {"kept": True}  # another suite's figures survive
+    q = doc["quality"]
+    assert {
+        "command",
+        "options",
+        "machine",
+        "parameters",
+        "worlds",
+        "arms",
+        "figures",
+        "curves",
+        "targets",
+    } <= set(q)
+    assert q["worlds"]["mixed-j10"]["judge_error"] == 0.10
+    assert q["worlds"]["mixed-j10"]["repeat_rate"] == 0.5
+    figures = q["figures"]["mixed-j10"]
+    assert set(figures) == set(arms)
+    for arm in arms:
+        assert set(summary.METRICS) <= set(figures[arm])
+        assert figures[arm]["seeds"] == [0, 1]
+        assert 0.0 <= figures[arm]["final_success"]["mean"] <= 1.0
+        assert len(q["curves"]["mixed-j10"][arm]) == summary.CURVE_POINTS
+    assert figures["none"]["pollution"]["mean"] is None  # nothing served, nothing to count
+    assert 0.0 <= figures[default_arm()]["pollution"]["mean"] <= 1.0
+    assert figures["llm"]["prompt_tokens_per_event"]["mean"] > 0
+    assert figures[append_only_arm()]["archived"]["mean"] == 0  # append-only never archives
+    assert {t["target"] for t in q["targets"]} >= {"final-window success − add+keep ≥ 0.15"}
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "quality.png").stat().st_size > 0
+
+
+def test_a_judge_gives_partial_verdicts_to_over_general_lessons_and_errs_at_its_rate() -> None:
+    world = World(WORLDS["mixed-j30"], 3, 400)
+    task = world.tasks[0]
+    home = world.lessons[f"general:{task.topic}"]
+    verdicts = [explicit_verdict(world, t, home) for t in world.tasks if t.topic == task.topic]
+    assert {"verdict": "partial", "revised_text": world.lessons[f"right:{task.topic}"].texts[0]} in verdicts
+    right = [world.judge_errs(t, world.lessons[f"right:{t.topic}"]) for t in world.tasks]
+    assert 0.2 < sum(right) / len(right) < 0.4  # 30% wrong, on 400 draws
+
+
+def test_the_llm_test_server_takes_a_judge_of_its_callers(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    """A caller's judge decides what the LLM controller applies: here it adds a proposal, then
+    archives it when it is served again."""
+    world = World(WORLDS["lookalike"], 0, 10)
+    calls: list[dict[str, object]] = []
+
+    def judge(doc: dict[str, object], insights: dict[int, str]) -> dict[str, object]:
+        calls.append(doc)
+        entry = llm_judge(world)(doc, insights)  # the benchmark's own judge gives the shape
+        edits = [{**e, "operation": "ARCHIVE", "revised_insight_text": None} for e in entry["insight_edits"]]
+        add = doc.get("proposed_insight")
+        return {
+            **entry,
+            "insight_edits": edits,
+            "add_new_insight": {"decision": bool(add), "new_insight_text": add},
+        }
+
+    with LLMTestServer(judge=judge) as server:
+        llm: dict[str, Any] = {
+            "controller": "llm",
+            "llm_base_url": server.url,
+            "llm_api_key": "local",
+            "llm_tokenizer": "estimate",
+        }
+        mine = Settings(
+            data_dir=settings.data_dir, redis_url=settings.redis_url, archive_policy="immediate", **llm
+        )
+        with Memory.open(mine) as mem:
+            query = world.tasks[0].query
+            mem.report(mem.retrieve(query, "q"), status="resolved", proposed_insight="Read the logs first.")
+            mem.consolidate()
+            served = mem.retrieve(query, "q")
+            assert [i.text for i in served.insights] == ["Read the logs first."]
+            mem.report(served, status="resolved")
+            mem.consolidate()
+            assert mem.insight(served.insights[0].id).state == "archived"
+    assert len(calls) == 2
