@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint format bench schemas up down clean
+.PHONY: install demo test lint format bench bench-growth schemas up down clean
 
 install: $(STAMP)
 
@@ -34,6 +34,10 @@ bench: install           ## benchmarks; figures printed and merged into bench/re
 	$(BIN)/python -m evomem.bench_pipeline
 	$(BIN)/python -m evomem.bench_llm
 	$(BIN)/python -m evomem.bench_http
+	$(BIN)/python -m bench.growth
+
+bench-growth: install    ## cost per task as the memory learns (10k and 100k tasks), and the hot insight
+	$(BIN)/python -m bench.growth
 
 up: install              ## Redis, workers and the retrieval side in the background (logs under DATA_DIR)
 	$(BIN)/evomem up

@@ -1,0 +1,599 @@
+"""The growth benchmark: does the cost of a task stay flat as the memory learns?
+
+A memory built the way a fleet builds it, in one process through the public SDK on the embedded
+stack: per task ``retrieve()``, then ``report()`` with the outcome, sometimes explicit verdicts and
+sometimes a proposed insight; ``consolidate()`` every 200 tasks; 10 tenants; the rule controller;
+the hashing embedder (bench/world.py). At each checkpoint: tasks/s and ms/task per phase, tasks/s
+over the first and the last 5,000 tasks, resident memory of this process and of redis-server,
+retrieve p50/p99 over a separate sample. Then the hot insight (bench/hot.py). The figures are
+merged under "growth" in bench/results.json; bench/README.md explains them.
+
+    python -m bench.growth [--tasks 10000,100000] [--hot-evidence 100000] [--hot-reps 30] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import os
+import pstats
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from bench import hot
+from bench.probes import Progress, ProjectionTimer, redis_pid, redis_used_memory_mb, rss_mb
+from bench.world import Agent, Task, World
+from evomem import ConsolidationReport, Memory, Settings
+from evomem.bench import embedded_settings, machine_info, merge_results, summarise
+
+RESULTS_KEY = "growth"
+RESULTS_SCHEMA = 1
+DEFAULT_TASKS = (10_000, 100_000)
+DEFAULT_OUT = Path("bench/results.json")
+PHASES = ("retrieve", "report", "consolidate", "project", "apply", "other")
+_EVENTS = uuid.UUID("9a3f6c1e-2b7d-4e58-8c0a-6d1f4b2e9c73")
+
+# What the issue accepts (issue 13): rates and ratios within one run.
+MIN_LAST_TO_FIRST_RATE = 2 / 3
+MAX_RETRIEVE_P50_GROWTH = 1.5
+MAX_HOT_TO_FRESH = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Cumulative clocks after ``tasks`` tasks; a window is the difference of two snapshots."""
+
+    tasks: int
+    wall_s: float  # build time, pauses for measurement excluded
+    retrieve_s: float
+    report_s: float
+    consolidate_s: float
+    project_s: float
+
+
+class Build:
+    """The fleet's loop over one memory: tasks, reports, consolidation every ``every`` tasks."""
+
+    def __init__(
+        self, mem: Memory, world: World, agent: Agent, *, seed: int, every: int, window: int
+    ) -> None:
+        self.mem, self.world, self.agent, self.seed, self.every = mem, world, agent, seed, every
+        self.projection = ProjectionTimer(mem)
+        self.done = 0
+        self.retrieve_ns = self.report_ns = self.consolidate_ns = 0
+        self.paused_s = 0.0
+        self.started = time.perf_counter()
+        self.recent_retrieve_ns: deque[int] = deque(maxlen=window)
+        self.served = 0
+        self.consolidation = ConsolidationReport()
+        self.snapshots: dict[int, Snapshot] = {0: self.snapshot()}
+
+    def wall_s(self) -> float:
+        return time.perf_counter() - self.started - self.paused_s
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            self.done,
+            self.wall_s(),
+            self.retrieve_ns / 1e9,
+            self.report_ns / 1e9,
+            self.consolidate_ns / 1e9,
+            self.projection.ns / 1e9,
+        )
+
+    def task(self) -> None:
+        task = self.world.task()
+        tenant = self.world.tenants[task.tenant]
+        clock = time.perf_counter_ns
+        t0 = clock()
+        retrieval = self.mem.retrieve(task.text, task.namespace)
+        t1 = clock()
+        self.served += len(retrieval.insights)
+        outcome = self.agent.outcome(tenant, task, [(i.id, i.text) for i in retrieval.insights])
+        n = self.done + 1
+        t2 = clock()
+        self.mem.report(
+            retrieval,
+            status="resolved" if outcome.resolved else "failed",
+            event_id=str(uuid.uuid5(_EVENTS, f"{self.seed}:{n}")),
+            agent_id=f"agent-{n % 64:02d}",
+            trajectory=[
+                f"read: {task.text}",
+                f"used {len(retrieval.insights)} insight(s) from memory",
+                "answered" if outcome.resolved else "answered wrongly",
+            ],
+            final_answer="done" if outcome.resolved else "wrong",
+            insight_feedback=outcome.verdicts or None,
+            proposed_insight=outcome.proposal,
+        )
+        t3 = clock()
+        self.retrieve_ns += t1 - t0
+        self.report_ns += t3 - t2
+        self.recent_retrieve_ns.append(t1 - t0)
+        self.done = n
+
+    def consolidate(self) -> None:
+        t0 = time.perf_counter_ns()
+        report = self.mem.consolidate()
+        self.consolidate_ns += time.perf_counter_ns() - t0
+        self.consolidation.merge(report)
+
+
+def window(a: Snapshot, b: Snapshot, projection_known: bool) -> dict[str, Any]:
+    """Tasks/s over tasks a.tasks+1 .. b.tasks, and what each phase cost per task in between.
+    ``apply`` is consolidation without projection (read events, decide, Lua); ``other`` is the
+    benchmark's own work (the task generator, the simulated agent) and bookkeeping."""
+    tasks = b.tasks - a.tasks
+    seconds = b.wall_s - a.wall_s
+    phase_s = {
+        "retrieve": b.retrieve_s - a.retrieve_s,
+        "report": b.report_s - a.report_s,
+        "consolidate": b.consolidate_s - a.consolidate_s,
+        "project": b.project_s - a.project_s,
+    }
+    phase_s["apply"] = phase_s["consolidate"] - phase_s["project"]
+    phase_s["other"] = seconds - phase_s["retrieve"] - phase_s["report"] - phase_s["consolidate"]
+    ms = {k: round(1000 * v / tasks, 4) if tasks else None for k, v in phase_s.items()}
+    if not projection_known:
+        ms["project"] = ms["apply"] = None
+    return {
+        "from_task": a.tasks + 1,
+        "to_task": b.tasks,
+        "tasks": tasks,
+        "seconds": round(seconds, 3),
+        "tasks_per_s": round(tasks / seconds, 2) if seconds > 0 else None,
+        "ms_per_task": ms,
+        # the rate the loop would reach if this phase were all it did
+        "phase_tasks_per_s": {k: round(1000 / v, 1) if v else None for k, v in ms.items() if k != "other"},
+    }
+
+
+def memory_facts(mem: Memory) -> dict[str, Any]:
+    """Nodes and evidence, through the SDK (reads every insight: done after the RSS is taken)."""
+    stats = mem.stats()["namespaces"]
+    positive: list[int] = []
+    negative_max = 0
+    for ns in stats:
+        for node in mem.insights(ns, "active"):
+            positive.append(len(node.positive))
+            negative_max = max(negative_max, len(node.negative))
+    gc.collect()
+    pos = np.asarray(positive or [0])
+    return {
+        "queries": sum(s["queries"] for s in stats.values()),
+        "insights": sum(s["insights"] for s in stats.values()),
+        "active": sum(s["active"] for s in stats.values()),
+        "archived": sum(s["archived"] for s in stats.values()),
+        "positive_p50_active": float(np.percentile(pos, 50)),
+        "positive_p99_active": float(np.percentile(pos, 99)),
+        "positive_max": int(pos.max()),
+        "positive_total_active": int(pos.sum()),
+        "insights_ge_1000_positive": int((pos >= 1000).sum()),
+        "negative_max_active": negative_max,
+    }
+
+
+def checkpoint(build: Build, first_window: int, window_size: int, sample: Sequence[Task]) -> dict[str, Any]:
+    mem = build.mem
+    n = build.done
+    snaps = build.snapshots
+    known = build.projection.available and build.projection.calls > 0
+    py = rss_mb()
+    pid = redis_pid(mem)
+    rss_redis = rss_mb(pid)["rss"] if pid is not None else None
+    samples = []
+    served = 0
+    for t in sample:
+        t0 = time.perf_counter_ns()
+        r = mem.retriever.retrieve(t.text, t.namespace, record=False)
+        samples.append(time.perf_counter_ns() - t0)
+        served += len(r.insights)
+    return {
+        "tasks": n,
+        "build_s": round(snaps[n].wall_s, 2),
+        "cumulative": window(snaps[0], snaps[n], known),
+        "first_window": window(snaps[0], snaps[first_window], known),
+        "last_window": window(snaps[n - window_size], snaps[n], known),
+        "retrieve_sample": {
+            **summarise(samples),
+            "n": len(samples),
+            "served_mean": round(served / max(len(samples), 1), 2),
+        },
+        "retrieve_in_build_last_window": summarise(list(build.recent_retrieve_ns)),
+        "served_mean_in_build": round(build.served / max(n, 1), 3),
+        "rss_mb": {"python": py["rss"], "python_peak": py["peak"], "redis": rss_redis},
+        "redis_used_memory_mb": redis_used_memory_mb(mem),
+        "projection_timed": known,
+        "consolidation": build.consolidation.as_dict(),
+        "memory": memory_facts(mem),
+    }
+
+
+def run_build(
+    settings: Settings,
+    checkpoints: list[int],
+    args: argparse.Namespace,
+    err: TextIO,
+    profiler: cProfile.Profile | None,
+) -> list[dict[str, Any]]:
+    total = checkpoints[-1]
+    win = min(args.window, checkpoints[0])
+    boundaries = {c - win for c in checkpoints} | {win, *checkpoints}
+    mem = Memory.open(settings)
+    assert isinstance(mem, Memory)  # settings.url is None: the memory itself, not a service client
+    results = []
+    try:
+        world = World(args.tenants, args.seed)
+        sample = World(args.tenants, args.seed + 1_000).distinct_tasks(args.sample)
+        build = Build(mem, world, Agent(args.seed), seed=args.seed, every=args.consolidate_every, window=win)
+        bar = Progress(err, "build", total, not args.no_progress)
+        if profiler:
+            profiler.enable()
+        while build.done < total:
+            build.task()
+            n = build.done
+            if n % args.consolidate_every == 0 or n in checkpoints:
+                build.consolidate()
+            if n in boundaries or n % args.consolidate_every == 0:
+                build.snapshots[n] = build.snapshot()
+            bar.update(n)
+            if n in checkpoints:
+                if profiler:
+                    profiler.disable()
+                paused = time.perf_counter()
+                bar.close()
+                results.append(checkpoint(build, win, win, sample))
+                report_checkpoint(results[-1], err)
+                build.paused_s += time.perf_counter() - paused
+                if profiler and n < total:
+                    profiler.enable()
+    finally:
+        mem.close()
+    return results
+
+
+def report_checkpoint(c: dict[str, Any], err: TextIO) -> None:
+    ms = c["last_window"]["ms_per_task"]
+    err.write(
+        f"  checkpoint {c['tasks']:,}: {c['last_window']['tasks_per_s']} tasks/s over the last "
+        f"{c['last_window']['tasks']:,} (first {c['first_window']['tasks_per_s']}), retrieve "
+        f"{ms['retrieve']} ms, consolidate {ms['consolidate']} ms a task; sample p50 "
+        f"{c['retrieve_sample']['p50_ms']} ms; RSS {c['rss_mb']['python']} + {c['rss_mb']['redis']} MB\n"
+    )
+    err.flush()
+
+
+# --------------------------------------------------------------------------------------------------
+# The issue's acceptance, on this run's figures.
+
+
+def checks(points: list[dict[str, Any]], hot_doc: dict[str, Any] | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if points:
+        last = points[-1]
+        first_rate = last["first_window"]["tasks_per_s"]
+        last_rate = last["last_window"]["tasks_per_s"]
+        ratio = last_rate / first_rate if first_rate and last_rate else None
+        out.append(
+            _check(
+                "throughput_last_vs_first_window",
+                ratio,
+                MIN_LAST_TO_FIRST_RATE,
+                at_least=True,
+                detail=f"tasks/s over tasks {last['last_window']['from_task']:,}-{last['tasks']:,}: "
+                f"{last_rate} against {first_rate} over the first {last['first_window']['tasks']:,} "
+                f"(issue: the last 5,000 of 100,000)",
+            )
+        )
+    if len(points) >= 2:
+        small, large = points[0], points[-1]
+        p_small, p_large = small["retrieve_sample"]["p50_ms"], large["retrieve_sample"]["p50_ms"]
+        out.append(
+            _check(
+                "retrieve_p50_growth",
+                p_large / p_small if p_small else None,
+                MAX_RETRIEVE_P50_GROWTH,
+                detail=f"retrieve p50 {p_large} ms at {large['tasks']:,} tasks against {p_small} ms at "
+                f"{small['tasks']:,} (issue: 100,000 against 10,000)",
+            )
+        )
+    if hot_doc is not None:
+        ratios = hot_doc["ratios_hot_to_fresh"]
+        per = hot_doc["insights"]
+        for what, key in (("KEEP", "keep"), ("retrieve", "retrieve")):
+            out.append(
+                _check(
+                    f"hot_{key}_ratio",
+                    ratios.get(key),
+                    MAX_HOT_TO_FRESH,
+                    detail=f"{what} median {per['hot'][f'{key}_median_ms']} ms on the insight with "
+                    f"{hot_doc['evidence']:,} evidence ids against {per['fresh'][f'{key}_median_ms']} ms on "
+                    f"a fresh one (issue: 100,000 ids)",
+                )
+            )
+    return out
+
+
+def _check(
+    name: str, value: float | None, limit: float, *, detail: str, at_least: bool = False
+) -> dict[str, Any]:
+    passed = value is not None and (value >= limit if at_least else value <= limit)
+    return {
+        "name": name,
+        "value": None if value is None else round(value, 3),
+        "limit": round(limit, 3),
+        "rule": ">=" if at_least else "<=",
+        "passed": passed,
+        "detail": detail,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Output.
+
+
+HOT_COLUMNS = ("retrieve", "retrieve_repeat", "report", "consolidate", "project", "keep")
+
+
+def format_table(
+    points: list[dict[str, Any]], hot_doc: dict[str, Any] | None, check_list: list[dict[str, Any]]
+) -> str:
+    lines: list[str] = []
+    if points:
+        lines += [*_throughput_table(points), "", *_latency_table(points)]
+    if hot_doc is not None:
+        lines += ["", *_hot_table(hot_doc)]
+    if check_list:
+        lines.append("")
+        for c in check_list:
+            verdict = "PASS" if c["passed"] else "FAIL"
+            lines.append(
+                f"{verdict} {c['name']}: {c['value']} (needs {c['rule']} {c['limit']}); {c['detail']}"
+            )
+    return "\n".join(lines)
+
+
+def _throughput_table(points: list[dict[str, Any]]) -> list[str]:
+    win = points[0]["first_window"]["tasks"]
+    head = (
+        f"{'tasks':>9} {'build s':>8} {'t/s first':>9} {'t/s last':>9} | ms/task over the last {win:,}: "
+        f"{'retrieve':>8} {'report':>8} {'consol.':>8} {'(proj.)':>8} {'other':>8}"
+    )
+    lines = [head, "-" * len(head)]
+    for c in points:
+        ms = c["last_window"]["ms_per_task"]
+        lines.append(
+            f"{c['tasks']:>9,} {c['build_s']:>8.1f} {c['first_window']['tasks_per_s']:>9.1f} "
+            f"{c['last_window']['tasks_per_s']:>9.1f} | {'':>{len(f'ms/task over the last {win:,}:')}} "
+            + " ".join(_f(ms[k], 8) for k in ("retrieve", "report", "consolidate", "project", "other"))
+        )
+    return lines
+
+
+def _latency_table(points: list[dict[str, Any]]) -> list[str]:
+    head = (
+        f"{'tasks':>9} | retrieve sample {'p50':>6} {'p99':>6} ms | RSS MB: {'python':>7} {'redis':>7} | "
+        f"{'queries':>8} {'active':>7} {'archived':>8} {'max |Ω⁺|':>9} {'≥1000':>5}"
+    )
+    lines = [head, "-" * len(head)]
+    for c in points:
+        s, m, rss = c["retrieve_sample"], c["memory"], c["rss_mb"]
+        lines.append(
+            f"{c['tasks']:>9,} | {'':>15} {s['p50_ms']:>6.2f} {s['p99_ms']:>6.2f}    | {'':>7} "
+            f"{_f(rss['python'], 7, 0)} {_f(rss['redis'], 7, 0)} | {m['queries']:>8,} {m['active']:>7,} "
+            f"{m['archived']:>8,} {m['positive_max']:>9,} {m['insights_ge_1000_positive']:>5}"
+        )
+    return lines
+
+
+def _hot_table(hot_doc: dict[str, Any]) -> list[str]:
+    lines = [
+        f"hot insight: {hot_doc['evidence']:,} evidence ids against 1; medians of "
+        f"{hot_doc['reps']} rounds, ms",
+        f"  {'':<6} " + " ".join(f"{k.replace('retrieve_', ''):>11}" for k in HOT_COLUMNS),
+    ]
+    for name in ("hot", "fresh"):
+        p = hot_doc["insights"][name]
+        lines.append(
+            f"  {name:<6} "
+            + " ".join(_f(p[f"{k}_median_ms"], 11) for k in HOT_COLUMNS)
+            + f"   served {p['served']}/{p['retrievals']}"
+        )
+    r = hot_doc["ratios_hot_to_fresh"]
+    lines.append("  ratio  " + " ".join(_f(r.get(k), 11) for k in HOT_COLUMNS))
+    return lines
+
+
+def _f(value: float | None, width: int = 6, decimals: int = 2) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{decimals}f}"
+
+
+def profile_summary(profiler: cProfile.Profile, top: int) -> tuple[str, list[dict[str, Any]]]:
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text).sort_stats("cumulative")
+    stats.print_stats(top)
+    rows = sorted(stats.get_stats_profile().func_profiles.items(), key=lambda kv: -kv[1].cumtime)[:top]
+    table = [
+        {
+            "function": f"{fp.file_name}:{fp.line_number}({name})",
+            "ncalls": fp.ncalls,
+            "tottime_s": round(fp.tottime, 3),
+            "cumtime_s": round(fp.cumtime, 3),
+        }
+        for name, fp in rows
+    ]
+    return text.getvalue(), table
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line.
+
+
+def _tasks(text: str) -> list[int]:
+    try:
+        sizes = sorted(
+            {
+                int(s.strip().lower().replace("_", "").replace("k", "000"))
+                for s in text.split(",")
+                if s.strip()
+            }
+        )
+    except ValueError:
+        raise SystemExit(f"--tasks: not a list of integers: {text!r}") from None
+    if not sizes or sizes[0] < 1:
+        raise SystemExit("--tasks: each checkpoint must be a positive number of tasks")
+    return sizes
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tasks",
+        default=",".join(map(str, DEFAULT_TASKS)),
+        help="checkpoints, in tasks, comma-separated; the build runs to the largest (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--hot-evidence",
+        type=int,
+        default=100_000,
+        help="evidence ids of the hot insight; 0 skips that part (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--hot-reps", type=int, default=30, help="KEEP rounds per insight (default: %(default)s)"
+    )
+    parser.add_argument("--tenants", type=int, default=10, help="namespaces (default: %(default)s)")
+    parser.add_argument(
+        "--consolidate-every",
+        type=int,
+        default=200,
+        help="tasks between consolidate() calls (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=5_000,
+        help="tasks in the first/last throughput windows (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=500,
+        help="distinct retrievals timed at each checkpoint (default: %(default)s)",
+    )
+    parser.add_argument("--seed", type=int, default=7, help="world seed (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results file (default: %(default)s)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="where the stores go (default: a temporary directory)"
+    )
+    parser.add_argument("--profile", action="store_true", help="cProfile the build; print the top functions")
+    parser.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    parser.add_argument(
+        "--check", action="store_true", help="exit with status 1 when an acceptance check fails"
+    )
+
+
+def _command_line() -> str:
+    return shlex.join(["python", "-m", "bench.growth", *sys.argv[1:]])
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    points_at = _tasks(args.tasks)
+    if min(args.consolidate_every, args.window, args.sample, args.tenants) < 1 or args.hot_evidence < 0:
+        raise SystemExit("--consolidate-every, --window, --sample and --tenants must be positive")
+    machine = machine_info()
+    started = datetime.now(UTC)
+    out.write(
+        f"growth: {points_at[-1]:,} tasks (checkpoints {', '.join(f'{n:,}' for n in points_at)}), "
+        f"{args.tenants} tenants, consolidate every {args.consolidate_every}, rules controller, hashing "
+        f"embedder; hot insight {args.hot_evidence:,} ids; {machine['cores']} cores, load "
+        f"{machine['loadavg_at_start']}\n"
+    )
+    out.flush()
+    root = Path(tempfile.mkdtemp(prefix="evomem-growth-")) if args.data_dir is None else args.data_dir
+    profiler = cProfile.Profile() if args.profile else None
+    hot_doc = None
+    try:
+        data = root / "build"
+        shutil.rmtree(data, ignore_errors=True)
+        settings = embedded_settings(data, controller="rules", embedder="hashing")
+        points = run_build(settings, points_at, args, err, profiler)
+        shutil.rmtree(data, ignore_errors=True)
+        if args.hot_evidence:
+            data = root / "hot"
+            shutil.rmtree(data, ignore_errors=True)
+            mem = Memory.open(embedded_settings(data, controller="rules", embedder="hashing"))
+            assert isinstance(mem, Memory)
+            try:
+                hot_doc = hot.measure(
+                    mem, args.hot_evidence, args.hot_reps, args.seed, not args.no_progress, err
+                )
+            finally:
+                mem.close()
+            shutil.rmtree(data, ignore_errors=True)
+    finally:
+        if args.data_dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+    check_list = checks(points, hot_doc)
+    defaults = Settings.model_fields
+    doc: dict[str, Any] = {
+        "schema": RESULTS_SCHEMA,
+        "timestamp": started.isoformat(timespec="seconds"),
+        "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
+        "command": _command_line(),
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "profiled": bool(args.profile),
+        "machine": {
+            **machine,
+            "loadavg_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        },
+        "config": {
+            "tenants": args.tenants,
+            "consolidate_every": args.consolidate_every,
+            "window": min(args.window, points_at[0]),
+            "sample": args.sample,
+            "controller": "rules",
+            "embedder": "hashing",
+            "top_k": defaults["top_k"].default,
+            "hops": defaults["hops"].default,
+            "budget": defaults["budget"].default,
+            "lambda": defaults["lambda_"].default,
+            "archive_policy": defaults["archive_policy"].default,
+            "seed": args.seed,
+        },
+        "checkpoints": points,
+        "hot": hot_doc,
+        "checks": check_list,
+    }
+    if profiler is not None:
+        text, table = profile_summary(profiler, 40)
+        doc["profile_top_cumulative"] = table
+        out.write("\ncProfile of the build (sorted by cumulative time):\n" + text)
+    merge_results(args.out, RESULTS_KEY, doc)
+    out.write("\n" + format_table(points, hot_doc, check_list) + "\n")
+    out.write(f"\nmerged under {RESULTS_KEY!r} in {args.out}\n")
+    return 1 if args.check and not all(c["passed"] for c in check_list) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.growth", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
