@@ -190,7 +190,7 @@ def measure(mem: Memory, evidence: int, reps: int, seed: int, progress: bool, er
         if not timer.calls:
             per[name]["project_median_ms"] = None
     ratios = {
-        k: round(per["hot"][f"{k}_median_ms"] / per["fresh"][f"{k}_median_ms"], 2)
+        k: round(per["hot"][f"{k}_median_ms"] / per["fresh"][f"{k}_median_ms"], 3)
         for k in ("keep", "retrieve", "retrieve_repeat", "report", "consolidate", "project")
         if per["hot"][f"{k}_median_ms"] and per["fresh"][f"{k}_median_ms"]
     }
