@@ -28,8 +28,43 @@ from evomem.transfer import FORMAT, import_jsonl
 NAMESPACE = "hot"
 FAMILIES = ("A", "B")
 _IDS = uuid.UUID("5d0c2b8e-7f3a-4c1e-9b6d-0a4e8f2c1d37")
-_SYLLABLES = ["ka", "lo", "mi", "ra", "ven", "dor", "sa", "tel", "qu", "is", "ber", "ny", "mo", "hra"]
-_TEMPLATE = "Reconcile the {0} ledger of {1} for the {2} account"
+_SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ra",
+    "ven",
+    "dor",
+    "sa",
+    "tel",
+    "qu",
+    "is",
+    "ber",
+    "ny",
+    "mo",
+    "hra",
+    "el",
+    "var",
+    "an",
+    "to",
+    "ri",
+    "zu",
+    "pe",
+    "gal",
+    "fen",
+    "ost",
+    "ur",
+    "ly",
+    "dra",
+    "wen",
+    "bi",
+    "cor",
+]
+_VERBS = ("Reconcile", "Audit", "Summarise", "Forecast", "Archive", "Review", "Balance", "Export")
+_NOUNS = ("ledger", "invoice", "budget", "payroll", "report", "account", "statement", "receipt")
+# Varied like a family of real tasks: no word is in every text, so no posting list of the sparse
+# index holds the whole namespace.
+_TEMPLATE = "{verb} the {w1} {noun} of {w2} for the {w3} {noun2}"
 _KEPT = frozenset({"the", "of", "for"})  # the template's stop words: the embedder drops them anyway
 
 
@@ -53,8 +88,17 @@ def family_texts(family: str, n: int, seed: int) -> list[str]:
     while len(words) < side:
         words.add("".join(rng.choice(_SYLLABLES) for _ in range(3)))
     pool = sorted(words)
-    picks = rng.sample(range(side**3), n)
-    texts = [_TEMPLATE.format(pool[p // side**2], pool[p // side % side], pool[p % side]) for p in picks]
+    texts = [
+        _TEMPLATE.format(
+            verb=rng.choice(_VERBS),
+            noun=rng.choice(_NOUNS),
+            noun2=rng.choice(_NOUNS),
+            w1=pool[p // side**2],
+            w2=pool[p // side % side],
+            w3=pool[p % side],
+        )
+        for p in rng.sample(range(side**3), n)
+    ]
     return texts if family == "A" else [mirror(t) for t in texts]
 
 
