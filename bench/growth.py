@@ -194,7 +194,7 @@ def checkpoint(build: Build, first_window: int, window_size: int, sample: Sequen
     known = build.projection.available and build.projection.calls > 0
     py = rss_mb()
     pid = redis_pid(mem)
-    rss_redis = rss_mb(pid)["rss"] if pid is not None else None
+    redis_rss = rss_mb(pid) if pid is not None else {}
     samples = []
     served = 0
     expanded = []
@@ -220,7 +220,13 @@ def checkpoint(build: Build, first_window: int, window_size: int, sample: Sequen
         },
         "retrieve_in_build_last_window": summarise(list(build.recent_retrieve_ns)),
         "served_mean_in_build": round(build.served / max(n, 1), 3),
-        "rss_mb": {"python": py["rss"], "python_peak": py["peak"], "redis": rss_redis},
+        "rss_mb": {
+            "python": py["rss"],
+            "python_peak": py["peak"],
+            "python_anon": py["anon"],
+            "python_file": py["file"],
+            "redis": redis_rss.get("rss"),
+        },
         "redis_used_memory_mb": redis_used_memory_mb(mem),
         "projection_timed": known,
         "consolidation": build.consolidation.as_dict(),

@@ -12,17 +12,19 @@ from typing import Any, TextIO
 from evomem import Memory
 from evomem.redis_server import EmbeddedRedis
 
+_STATUS_FIELDS = {"VmRSS": "rss", "VmHWM": "peak", "RssAnon": "anon", "RssFile": "file"}
+
 
 def rss_mb(pid: int | str = "self") -> dict[str, float | None]:
-    """VmRSS (resident now) and VmHWM (the peak) of a process, in MB; None where /proc has no
-    answer (another OS, or the process is gone)."""
-    out: dict[str, float | None] = {"rss": None, "peak": None}
+    """Resident memory of a process in MB from /proc: ``rss`` now, ``peak`` (VmHWM), and how much of
+    ``rss`` is ``anon`` (heaps) or ``file`` (mapped files: the index's segments and WAL, the
+    interpreter); None where /proc has no answer (another OS, or the process is gone)."""
+    out: dict[str, float | None] = dict.fromkeys(_STATUS_FIELDS.values())
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             name, _, value = line.partition(":")
-            if name in ("VmRSS", "VmHWM"):
-                kb = int(value.split()[0])
-                out["rss" if name == "VmRSS" else "peak"] = round(kb / 1024, 1)
+            if name in _STATUS_FIELDS:
+                out[_STATUS_FIELDS[name]] = round(int(value.split()[0]) / 1024, 1)
     return out
 
 
