@@ -14,6 +14,7 @@ merged under "growth" in bench/results.json; bench/README.md explains them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gc
 import io
@@ -26,7 +27,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +36,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from bench import hot
-from bench.probes import Progress, ProjectionTimer, redis_pid, redis_used_memory_mb, rss_mb
+from bench.probes import Progress, ProjectionTimer, cpu_s, redis_pid, redis_used_memory_mb, rss_mb
 from bench.world import Agent, Task, World
 from evomem import ConsolidationReport, Memory, Settings
 from evomem.bench import embedded_settings, machine_info, merge_results, summarise
@@ -63,6 +64,8 @@ class Snapshot:
     report_s: float
     consolidate_s: float
     project_s: float
+    cpu_s: float  # this process's CPU time, all threads, pauses excluded
+    redis_cpu_s: float | None  # redis-server's, pauses excluded
 
 
 class Build:
@@ -75,7 +78,8 @@ class Build:
         self.projection = ProjectionTimer(mem)
         self.done = 0
         self.retrieve_ns = self.report_ns = self.consolidate_ns = 0
-        self.paused_s = 0.0
+        self.redis_pid = redis_pid(mem)
+        self.paused_s = self.paused_cpu_s = self.paused_redis_cpu_s = 0.0
         self.started = time.perf_counter()
         self.recent_retrieve_ns: deque[int] = deque(maxlen=window)
         self.served = 0
@@ -85,7 +89,11 @@ class Build:
     def wall_s(self) -> float:
         return time.perf_counter() - self.started - self.paused_s
 
+    def _redis_cpu_s(self) -> float | None:
+        return cpu_s(self.redis_pid) if self.redis_pid is not None else None
+
     def snapshot(self) -> Snapshot:
+        redis_cpu = self._redis_cpu_s()
         return Snapshot(
             self.done,
             self.wall_s(),
@@ -93,7 +101,22 @@ class Build:
             self.report_ns / 1e9,
             self.consolidate_ns / 1e9,
             self.projection.ns / 1e9,
+            time.process_time() - self.paused_cpu_s,
+            None if redis_cpu is None else redis_cpu - self.paused_redis_cpu_s,
         )
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Leave what happens inside (the checkpoint's own measurements) out of every clock."""
+        wall, cpu, redis_cpu = time.perf_counter(), time.process_time(), self._redis_cpu_s()
+        try:
+            yield
+        finally:
+            self.paused_s += time.perf_counter() - wall
+            self.paused_cpu_s += time.process_time() - cpu
+            redis_after = self._redis_cpu_s()
+            if redis_cpu is not None and redis_after is not None:
+                self.paused_redis_cpu_s += redis_after - redis_cpu
 
     def task(self) -> None:
         task = self.world.task()
@@ -150,6 +173,11 @@ def window(a: Snapshot, b: Snapshot, projection_known: bool) -> dict[str, Any]:
     ms = {k: round(1000 * v / tasks, 4) if tasks else None for k, v in phase_s.items()}
     if not projection_known:
         ms["project"] = ms["apply"] = None
+    cpu = {"python": b.cpu_s - a.cpu_s}
+    if a.redis_cpu_s is not None and b.redis_cpu_s is not None:
+        cpu["redis"] = b.redis_cpu_s - a.redis_cpu_s
+    cpu_ms = {k: round(1000 * v / tasks, 4) if tasks else None for k, v in cpu.items()}
+    cpu_total = sum(cpu.values())
     return {
         "from_task": a.tasks + 1,
         "to_task": b.tasks,
@@ -159,6 +187,9 @@ def window(a: Snapshot, b: Snapshot, projection_known: bool) -> dict[str, Any]:
         "ms_per_task": ms,
         # the rate the loop would reach if this phase were all it did
         "phase_tasks_per_s": {k: round(1000 / v, 1) if v else None for k, v in ms.items() if k != "other"},
+        # CPU time per task of both processes: what a task costs, whatever else runs on the machine
+        "cpu_ms_per_task": {**cpu_ms, "total": round(1000 * cpu_total / tasks, 4) if tasks else None},
+        "cpu_tasks_per_s": round(tasks / cpu_total, 2) if cpu_total > 0 else None,
     }
 
 
@@ -265,11 +296,10 @@ def run_build(
             if n in checkpoints:
                 if profiler:
                     profiler.disable()
-                paused = time.perf_counter()
                 bar.close()
-                results.append(checkpoint(build, win, win, sample))
-                report_checkpoint(results[-1], err)
-                build.paused_s += time.perf_counter() - paused
+                with build.paused():
+                    results.append(checkpoint(build, win, win, sample))
+                    report_checkpoint(results[-1], err)
                 if profiler and n < total:
                     profiler.enable()
     finally:
@@ -299,17 +329,21 @@ def checks(points: list[dict[str, Any]], hot_doc: dict[str, Any] | None) -> list
         first_rate = last["first_window"]["tasks_per_s"]
         last_rate = last["last_window"]["tasks_per_s"]
         ratio = last_rate / first_rate if first_rate and last_rate else None
-        out.append(
-            _check(
-                "throughput_last_vs_first_window",
-                ratio,
-                MIN_LAST_TO_FIRST_RATE,
-                at_least=True,
-                detail=f"tasks/s over tasks {last['last_window']['from_task']:,}-{last['tasks']:,}: "
-                f"{last_rate} against {first_rate} over the first {last['first_window']['tasks']:,} "
-                f"(issue: the last 5,000 of 100,000)",
-            )
+        cpu_first = last["first_window"].get("cpu_tasks_per_s")
+        cpu_last = last["last_window"].get("cpu_tasks_per_s")
+        cpu_ratio = cpu_last / cpu_first if cpu_first and cpu_last else None
+        check = _check(
+            "throughput_last_vs_first_window",
+            ratio,
+            MIN_LAST_TO_FIRST_RATE,
+            at_least=True,
+            detail=f"tasks/s over tasks {last['last_window']['from_task']:,}-{last['tasks']:,}: "
+            f"{last_rate} against {first_rate} over the first {last['first_window']['tasks']:,}; by CPU "
+            f"time (this process + redis-server, load-independent) {cpu_last} against {cpu_first}, "
+            f"ratio {'-' if cpu_ratio is None else f'{cpu_ratio:.3f}'} (issue: the last 5,000 of 100,000)",
         )
+        check["cpu_value"] = None if cpu_ratio is None else round(cpu_ratio, 3)
+        out.append(check)
     if len(points) >= 2:
         small, large = points[0], points[-1]
         p_small, p_large = small["retrieve_sample"]["p50_ms"], large["retrieve_sample"]["p50_ms"]
@@ -381,7 +415,7 @@ def _throughput_table(points: list[dict[str, Any]]) -> list[str]:
     win = points[0]["first_window"]["tasks"]
     head = (
         f"{'tasks':>9} {'build s':>8} {'t/s first':>9} {'t/s last':>9} | ms/task over the last {win:,}: "
-        f"{'retrieve':>8} {'report':>8} {'consol.':>8} {'(proj.)':>8} {'other':>8}"
+        f"{'retrieve':>8} {'report':>8} {'consol.':>8} {'(proj.)':>8} {'other':>8} | CPU ms/task"
     )
     lines = [head, "-" * len(head)]
     for c in points:
@@ -390,6 +424,7 @@ def _throughput_table(points: list[dict[str, Any]]) -> list[str]:
             f"{c['tasks']:>9,} {c['build_s']:>8.1f} {c['first_window']['tasks_per_s']:>9.1f} "
             f"{c['last_window']['tasks_per_s']:>9.1f} | {'':>{len(f'ms/task over the last {win:,}:')}} "
             + " ".join(_f(ms[k], 8) for k in ("retrieve", "report", "consolidate", "project", "other"))
+            + f" | {_f(c['last_window']['cpu_ms_per_task']['total'], 11)}"
         )
     return lines
 

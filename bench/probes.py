@@ -4,6 +4,7 @@ spent projecting inside ``Memory.consolidate()``, and a progress line on stderr.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,19 @@ def rss_mb(pid: int | str = "self") -> dict[str, float | None]:
             if name in _STATUS_FIELDS:
                 out[_STATUS_FIELDS[name]] = round(int(value.split()[0]) / 1024, 1)
     return out
+
+
+def cpu_s(pid: int | str = "self") -> float | None:
+    """CPU time (user + system, all threads) a process has used, from /proc/<pid>/stat; None when
+    /proc has no answer. Unlike a wall clock it does not count time spent waiting for a core that
+    other processes hold, so it stays comparable on a loaded machine."""
+    if pid == "self":
+        return time.process_time()
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def redis_pid(mem: Memory) -> int | None:
@@ -105,4 +119,4 @@ class Progress:
             self.stream.flush()
 
 
-__all__ = ["Progress", "ProjectionTimer", "redis_pid", "redis_used_memory_mb", "rss_mb"]
+__all__ = ["Progress", "ProjectionTimer", "cpu_s", "redis_pid", "redis_used_memory_mb", "rss_mb"]

@@ -14,7 +14,17 @@ import pytest
 from bench import growth, hot
 from bench.world import World
 
-WINDOW_KEYS = {"from_task", "to_task", "tasks", "seconds", "tasks_per_s", "ms_per_task", "phase_tasks_per_s"}
+WINDOW_KEYS = {
+    "from_task",
+    "to_task",
+    "tasks",
+    "seconds",
+    "tasks_per_s",
+    "ms_per_task",
+    "phase_tasks_per_s",
+    "cpu_ms_per_task",
+    "cpu_tasks_per_s",
+}
 
 
 def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
@@ -72,6 +82,12 @@ def test_the_growth_benchmark_writes_the_results_file(
         assert (c["first_window"]["from_task"], c["first_window"]["to_task"]) == (1, 200)
         assert (c["last_window"]["from_task"], c["last_window"]["to_task"]) == (c["tasks"] - 199, c["tasks"])
         assert c["projection_timed"] and c["last_window"]["ms_per_task"]["project"] > 0
+        cpu = c["last_window"]["cpu_ms_per_task"]
+        assert (
+            cpu["python"] > 0
+            and cpu["redis"] >= 0  # read from /proc in clock ticks: may round to 0 in a short window
+            and cpu["total"] == pytest.approx(cpu["python"] + cpu["redis"], abs=1e-3)
+        )
         assert c["rss_mb"]["python"] > 0 and c["rss_mb"]["redis"] > 0  # both processes found
         assert (
             c["retrieve_sample"]["n"] == 20
