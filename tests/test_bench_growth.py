@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench import growth, hot
+from bench import growth, hot, report
 from bench.world import World
 
 WINDOW_KEYS = {
@@ -129,9 +129,9 @@ def _point(tasks: int, first: float, last: float, p50: float) -> dict[str, Any]:
 
 
 def test_the_acceptance_checks_apply_the_issue_limits() -> None:
-    flat = growth.checks([_point(10_000, 150, 140, 2.0), _point(100_000, 150, 101, 2.9)], None)
+    flat = report.checks([_point(10_000, 150, 140, 2.0), _point(100_000, 150, 101, 2.9)], None)
     assert [c["passed"] for c in flat] == [True, True]
-    slow = growth.checks([_point(10_000, 150, 140, 2.0), _point(100_000, 150, 99, 3.1)], None)
+    slow = report.checks([_point(10_000, 150, 140, 2.0), _point(100_000, 150, 99, 3.1)], None)
     assert [c["passed"] for c in slow] == [False, False]
 
 
