@@ -41,13 +41,17 @@ def checks(points: list[dict[str, Any]], hot_doc: dict[str, Any] | None) -> list
     if len(points) >= 2:
         small, large = points[0], points[-1]
         p_small, p_large = small["retrieve_sample"]["p50_ms"], large["retrieve_sample"]["p50_ms"]
+        b_small = small.get("retrieve_in_build_last_window", {}).get("p50_ms")
+        b_large = large.get("retrieve_in_build_last_window", {}).get("p50_ms")
+        in_build = f"{b_large / b_small:.3f}" if b_small and b_large else "-"
         out.append(
             _check(
                 "retrieve_p50_growth",
                 p_large / p_small if p_small else None,
                 MAX_RETRIEVE_P50_GROWTH,
                 detail=f"retrieve p50 {p_large} ms at {large['tasks']:,} tasks against {p_small} ms at "
-                f"{small['tasks']:,} (issue: 100,000 against 10,000)",
+                f"{small['tasks']:,}; the build's own retrievals over the last window (between edits) "
+                f"{b_large} against {b_small} ms, ratio {in_build} (issue: 100,000 against 10,000)",
             )
         )
     if hot_doc is not None:
