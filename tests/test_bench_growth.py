@@ -152,3 +152,15 @@ def test_the_hot_families_are_distinct_and_disjoint() -> None:
     a, b = hot.family_texts("A", 2000, 7), hot.family_texts("B", 2000, 7)
     assert len(set(a)) == len(set(b)) == 2000
     assert not set(a) & set(b)
+
+
+def test_the_growth_results_in_the_repo_have_the_documented_keys() -> None:
+    path = Path(__file__).resolve().parents[1] / "bench" / "results.json"
+    doc = json.loads(path.read_text()).get(growth.RESULTS_KEY) if path.exists() else None
+    if doc is None:
+        pytest.skip("no growth figures in bench/results.json yet: run `python -m bench.growth`")
+    assert doc["schema"] == growth.RESULTS_SCHEMA
+    for c in doc["checkpoints"]:
+        assert set(c["last_window"]) == WINDOW_KEYS
+        assert {"retrieve_sample", "retrieve_in_build_last_window", "rss_mb", "memory"} <= set(c)
+    assert {c["name"] for c in doc["checks"]} >= {"throughput_last_vs_first_window", "hot_keep_ratio"}
