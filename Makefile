@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint format bench bench-quality schemas up down clean
+.PHONY: install demo test lint format bench bench-quality bench-growth schemas up down clean
 
 install: $(STAMP)
 
@@ -34,6 +34,10 @@ bench: install           ## benchmarks; figures printed and merged into bench/re
 	$(BIN)/python -m evomem.bench_pipeline
 	$(BIN)/python -m evomem.bench_llm
 	$(BIN)/python -m evomem.bench_http
+	$(BIN)/python -m bench.growth
+
+bench-growth: install    ## cost per task as the memory learns (10k and 100k tasks), and the hot insight
+	$(BIN)/python -m bench.growth
 
 bench-quality: install   ## long-horizon memory quality (bench/README.md); figures into bench/results.json
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

@@ -1,1 +1,1 @@
-"""The project's benchmarks that are not shipped in the wheel (run from a checkout)."""
+"""The project's benchmarks: run from a checkout (``python -m bench.<suite>``), not shipped in the wheel."""
