@@ -135,6 +135,7 @@ class Consolidator:
                 allowed_operations=self.settings.allowed_operations,
                 archive_policy=self.settings.archive_policy,
                 archive_ratio=self.settings.archive_ratio,
+                archive_min=self.settings.archive_min,
                 at=utcnow(),
             )
             for w in work

@@ -97,7 +97,7 @@ class RuleController:
         op = "KEEP" if inp.event.status == "resolved" else "ARCHIVE"
         edits = [
             # an outcome alone is evidence, never grounds to archive: that needs a judge
-            InsightEdit(insight_id=n.id, operation=op, decided_by=self.name, evidence_only=op == "ARCHIVE")
+            InsightEdit(insight_id=n.id, operation=op, decided_by=self.name, inferred=True)
             for n in inp.retrieved
             if self.relevant(inp, n)
         ]

@@ -9,9 +9,12 @@ implemented identically by every store (the contract suite checks that):
           archived; if the node was revised, q is also forwarded to the active tip of its revision
           chain, so the insight that replaced it gets the credit.
 * ARCHIVE q → Ω⁻. ``immediate`` (the paper, Eq. 13) deactivates at once; ``evidence`` deactivates
-          only once |Ω⁻| ≥ max(1, ρ·|Ω⁺|), so an active node can carry conflict and λ acts on it.
-          An ARCHIVE marked ``evidence_only`` (what the rule controller infers from an outcome alone)
-          records the negative evidence and never deactivates: an irreversible edit needs a judge.
+          only once the judged negatives reach max(m, ρ·judged positives) (m = ``archive_min``), so
+          an active node can carry conflict and λ acts on it, and one wrong verdict does not retire a
+          good insight. Judged: decided by a verdict or the LLM, or the creating event; an edit
+          ``inferred`` from the outcome alone (the rule controller's) adds its evidence — which
+          ranks — but counts for neither side of that threshold, and an inferred ARCHIVE never
+          deactivates: an irreversible edit needs a judge.
 * REVISE  old: q → Ω⁻, z=0 (Eq. 14); new node κ′ with Ω⁺ ∪ {q}, ∅, z=1 (Eq. 15). A node that is
           already archived is not revised again (that would fork its lineage): q → Ω⁻ only. If the
           revised text is already (or nearly) an active insight of the namespace, the old node is
@@ -59,7 +62,7 @@ class PlannedEdit(BaseModel):
     new_id: str | None = None  # the node created (REVISE/ADD)
     text: str | None = None  # κ′ or κ̂
     text_key: str | None = None  # digest of the normalised text, for ADD de-duplication
-    evidence_only: bool = False  # ARCHIVE: record the negative evidence, never archive
+    inferred: bool = False  # from the outcome alone: evidence that ranks, never grounds to archive
     twin: str | None = None  # an active insight whose text nearly repeats ``text``, found before apply
     bands: list[str] = []  # near-duplicate buckets of ``text``, registered when a node is created
     decided_by: str
@@ -84,6 +87,7 @@ class EditPlan(BaseModel):
     edits: list[PlannedEdit]
     archive_policy: Literal["evidence", "immediate"]
     archive_ratio: float
+    archive_min: int = 1  # judged negatives needed at least before the evidence policy archives
     at: datetime
 
     def to_json(self) -> str:
@@ -128,6 +132,7 @@ def plan_edits(
     archive_policy: Literal["evidence", "immediate"],
     archive_ratio: float,
     at: datetime,
+    archive_min: int = 1,
     similar_scores: list[float] | None = None,
     degree: int = 0,
     twins: Mapping[str, str] | None = None,
@@ -169,7 +174,7 @@ def plan_edits(
                 PlannedEdit(
                     op=edit.operation,
                     insight_id=edit.insight_id,
-                    evidence_only=edit.evidence_only and edit.operation == "ARCHIVE",
+                    inferred=edit.inferred,
                     decided_by=edit.decided_by,
                 )
             )
@@ -210,13 +215,14 @@ def plan_edits(
         edits=edits,
         archive_policy=archive_policy,
         archive_ratio=archive_ratio,
+        archive_min=archive_min,
         at=at,
     )
 
 
-def archive_threshold_reached(negatives: int, positives: int, ratio: float) -> bool:
-    """The evidence policy: archive once |Ω⁻| ≥ max(1, ρ·|Ω⁺|)."""
-    return negatives >= max(1.0, ratio * positives)
+def archive_threshold_reached(negatives: int, positives: int, ratio: float, minimum: int = 1) -> bool:
+    """The evidence policy over judged evidence: archive once negatives ≥ max(m, ρ·positives)."""
+    return negatives >= max(float(minimum), ratio * positives)
 
 
 __all__ = [

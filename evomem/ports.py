@@ -92,6 +92,8 @@ class InsightHead:
     version: int
     positive_count: int = 0
     negative_count: int = 0
+    judged_positive: int = 0  # the evidence the evidence policy weighs (not inferred from outcomes)
+    judged_negative: int = 0
 
     @property
     def active(self) -> bool:

@@ -43,6 +43,12 @@ class Settings(BaseSettings):
     operations: OperationsMode = "all"
     archive_policy: ArchivePolicy = "evidence"
     archive_ratio: float = Field(0.5, ge=0.0)
+    archive_min: int = Field(
+        2,
+        ge=1,
+        le=1000,
+        description="judged negatives an insight needs at least before the evidence policy archives it",
+    )
     scoring: Scoring = Field(
         "weighted", description="weighted: support and conflict weighted by similarity; count: Eq. 8-9"
     )

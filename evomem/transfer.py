@@ -39,7 +39,8 @@ local key = k('ins', id)
 local have = redis.call('HGET', key, 'version')
 if have and tonumber(have) >= doc.version then return {} end
 redis.call('HSET', key, 'text', doc.text, 'state', doc.state, 'version', doc.version,
-  'created_by_event', doc.created_by_event, 'created_at', doc.created_at, 'updated_at', doc.updated_at)
+  'created_by_event', doc.created_by_event, 'created_at', doc.created_at, 'updated_at', doc.updated_at,
+  'jpos', doc.jpos, 'jneg', doc.jneg)
 if doc.revised_from ~= cjson.null then redis.call('HSET', key, 'revised_from', doc.revised_from) end
 if doc.revised_to ~= cjson.null then redis.call('HSET', key, 'revised_to', doc.revised_to) end
 local grew = {}
@@ -100,10 +101,14 @@ def export(graph: RedisGraphStore, namespaces: Iterable[str]) -> Iterator[dict[s
                 **q.model_dump(mode="json"),
                 "neighbours": sorted([n, w] for n, w in neighbours.get(q.id, {}).items()),
             }
-        for node in graph.insights(sorted(graph.insight_ids(ns))).values():
+        ids = sorted(graph.insight_ids(ns))
+        heads = graph.heads(ns, ids)
+        for node in graph.insights(ids).values():
+            head = heads[node.id]
             yield {
                 "kind": "insight",
                 **node.model_dump(mode="json"),
+                "judged": [head.judged_positive, head.judged_negative],
                 "edges": [list(e) for e in graph.edges_into(node.id)],
                 "history": [asdict(h) for h in graph.history(node.id)],
             }
@@ -201,7 +206,10 @@ def _put(
         return "skipped", []
     if kind == "insight":
         edges, history = record.pop("edges", []), record.pop("history", [])
+        # judged evidence counts (format 2); an older export counts all its evidence as judged
+        judged = record.pop("judged", None)
         node = InsightNode.model_validate(record)
+        jpos, jneg = judged if judged else (len(node.positive), len(node.negative))
         doc = {
             **node.model_dump(mode="json"),
             "positive": sorted(node.positive),
@@ -210,6 +218,8 @@ def _put(
             "history": history,
             "text_key": text_key(node.text),
             "bands": duplicates.bands(node.text),
+            "jpos": int(jpos),
+            "jneg": int(jneg),
         }
         grew = put_insight(args=[keys.PREFIX, keys.ns_prefix(node.namespace), node.id, json.dumps(doc)])
         if not grew:

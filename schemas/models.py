@@ -156,10 +156,10 @@ class InsightEdit(_Strict):
     operation: Operation
     revised_insight_text: InsightText | None = None
     decided_by: str = "controller"
-    evidence_only: bool = Field(
+    inferred: bool = Field(
         False,
-        description="ARCHIVE as evidence alone: record the query as negative evidence, never archive "
-        "(what the rule controller infers from an outcome is too weak for an irreversible edit)",
+        description="inferred from the task's outcome alone, not judged: the evidence is recorded and "
+        "ranks, but never counts towards archiving, and an inferred ARCHIVE never archives",
     )
 
     @model_validator(mode="after")

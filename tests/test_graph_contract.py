@@ -137,6 +137,7 @@ def snapshot(store: GraphStore, namespaces: Iterable[str] | None = None) -> dict
             # what the read model is built from: the evidence from the query side, the inheritance
             "query_points": sorted(store.query_points([(ns, q) for q in qs]).values(), key=str),
             "insight_points": sorted(store.insight_points([(ns, i) for i in ins]).values(), key=str),
+            "heads": sorted(store.heads(ns, ins).values(), key=str),
         }
     out["changes"] = [(c.kind, c.namespace, c.id, c.version) for c in store.changes("", 1_000_000)]
     return out
@@ -927,12 +928,12 @@ def test_the_recent_quality_signal_counts_what_events_found_harmful_and_retired(
     assert store.recent_quality("other").harmed == 0 and store.recent_quality("nobody").harmful_share is None
 
 
-def test_an_evidence_only_archive_records_the_negative_and_never_archives(store: GraphStore) -> None:
+def test_an_inferred_archive_records_the_negative_and_never_archives(store: GraphStore) -> None:
     """What the rule controller infers from an outcome is evidence, not grounds for an irreversible
     edit: under either policy the node stays active, with its conflict."""
     g = Graph(store)
     g.add("A")
-    weak = PlannedEdit(op="ARCHIVE", insight_id="A", evidence_only=True, decided_by="rules")
+    weak = PlannedEdit(op="ARCHIVE", insight_id="A", inferred=True, decided_by="rules")
     for policy in ("immediate", "evidence", "evidence"):
         result = g.apply(weak, status="failed", policy=policy)
         assert result.outcomes[0].outcome == "negative_evidence"

@@ -12,21 +12,22 @@ from evomem import bench_llm, demo
 
 
 def test_the_demo_fleet_runs_through_the_llm_controller_offline(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """With ``--llm`` the maintained memory is judged by the LLM controller on a local server; its
-    judge follows the outcome rules of the rule controller crediting every served insight
-    (``RULES_CREDIT=all``), so the two runs edit the memory alike."""
+    """With ``--llm`` the maintained memory is judged by the LLM controller on a local server: every
+    event is judged and its verdicts are applied (its judge keeps what a resolved task was shown and
+    archives what a failed one was; judged evidence, so unlike the rule controller's it archives)."""
     common = ["--tasks", "60", "--batch", "15", "--phases", "2", "--json"]
     assert demo.main([*common, "--llm", "--llm-latency-ms", "0", "--data-dir", str(tmp_path / "llm")]) == 0
     with_llm = json.loads(capsys.readouterr().out)
-    monkeypatch.setenv("EVOMEM_RULES_CREDIT", "all")
     assert demo.main([*common, "--data-dir", str(tmp_path / "rules")]) == 0
     with_rules = json.loads(capsys.readouterr().out)
 
     usage = with_llm["llm"]
     assert usage["calls"] > 0 and usage["events_judged"] == 60 and usage["estimated_cost_usd"] is None
-    assert with_llm["arms"]["maintained"]["operations"] == with_rules["arms"]["maintained"]["operations"]
+    maintained = with_llm["arms"]["maintained"]
+    assert {"ADD", "KEEP", "ARCHIVE"} <= set(maintained["operations"])
+    assert maintained["outcomes"].get("archived", 0) > 0  # judged negatives do archive
     assert "llm" not in with_rules
 
 

@@ -630,15 +630,16 @@ def test_stats_show_the_live_pollution_signal_of_each_namespace(memory: Memory) 
     events, over the namespace's recent events: what an operator watches."""
     a = add_insight(memory, "A: check the vehicle class.")
     memory.report(memory.retrieve(TASK, namespace=NS), status="resolved", insight_feedback={a: "helpful"})
-    memory.report(memory.retrieve(TASK, namespace=NS), status="failed", insight_feedback={a: "harmful"})
+    for _ in range(2):
+        memory.report(memory.retrieve(TASK, namespace=NS), status="failed", insight_feedback={a: "harmful"})
     memory.consolidate()
     recent = memory.stats()["namespaces"][NS]["recent"]
-    # 1 negative against 2 positives reaches the evidence policy's max(1, 0.5 · 2): archived
+    # the second judged negative reaches the evidence policy's max(ARCHIVE_MIN = 2, 0.5 · 2): archived
     assert recent == {
-        "events": 3,
-        "judged": 2,
-        "harmful_share": 0.5,
-        "retired_per_100_events": pytest.approx(100 / 3),
+        "events": 4,
+        "judged": 3,
+        "harmful_share": pytest.approx(2 / 3),
+        "retired_per_100_events": pytest.approx(100 / 4),
     }
 
 

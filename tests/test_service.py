@@ -41,7 +41,10 @@ class Client:
 
 @pytest.fixture
 def server(settings: Settings, redis_client: redis.Redis) -> Iterator[EvomemHTTPServer]:
-    srv = build_server(settings.model_copy(update={"tokens": _secret(TOKENS), "http_port": 0}))
+    # archive_min=1: a single harmful verdict archives a fresh insight, as these tests show over HTTP
+    srv = build_server(
+        settings.model_copy(update={"tokens": _secret(TOKENS), "http_port": 0, "archive_min": 1})
+    )
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield srv

@@ -50,6 +50,8 @@ class _Insight:
     positive: set[str] = field(default_factory=set)
     negative: set[str] = field(default_factory=set)
     inherits: set[str] = field(default_factory=set)
+    judged_positive: int = 0  # what the evidence policy weighs (not what was inferred from outcomes)
+    judged_negative: int = 0
     version: int = 1
     revised_from: str | None = None
     revised_to: str | None = None
@@ -208,17 +210,22 @@ class InMemoryGraphStore:
         if visible or node.id in ev.changed:
             ev.changed[node.id] = node.version
 
-    def _positive(self, node: _Insight, query: _Query, ev: _Event) -> None:
+    def _positive(self, node: _Insight, query: _Query, ev: _Event, judged: bool = True) -> None:
+        if judged and query.node.id not in node.positive:
+            node.judged_positive += 1
         node.positive.add(query.node.id)
         query.supports.add(node.id)
         ev.query_changed = True
 
-    def _negative(self, node: _Insight, query: _Query, ev: _Event) -> None:
+    def _negative(self, node: _Insight, query: _Query, ev: _Event, judged: bool = True) -> None:
+        if judged and query.node.id not in node.negative:
+            node.judged_negative += 1
         node.negative.add(query.node.id)
         query.harms.add(node.id)
         ev.query_changed = True
 
     def _inherit(self, to: _Insight, source: _Insight) -> None:
+        to.judged_positive += source.judged_positive
         to.positive |= source.positive
         to.inherits |= {source.id} | source.inherits
 
@@ -238,19 +245,20 @@ class InMemoryGraphStore:
         node = self._node(plan, edit.insight_id)
         if node is None:
             return EditOutcome(edit.op, edit.insight_id, "rejected")
+        judged = not edit.inferred
         if edit.op == "KEEP":
-            self._positive(node, query, ev)
+            self._positive(node, query, ev, judged)
             self._touch(node, plan, ev, False)
             if node.state == "active":
                 return EditOutcome("KEEP", node.id, "kept")
             tip = self._active_tip(node)
             if tip is not None:
-                self._positive(tip, query, ev)
+                self._positive(tip, query, ev, judged)
                 self._touch(tip, plan, ev, False)
                 return EditOutcome("KEEP", node.id, "forwarded", forwarded_to=tip.id)
             return EditOutcome("KEEP", node.id, "evidence_only")
         # ARCHIVE and REVISE both record q as negative evidence.
-        self._negative(node, query, ev)
+        self._negative(node, query, ev, judged)
         was_active = node.state == "active"
         twin = self._active_twin(plan, edit) if edit.op == "REVISE" and was_active else None
         if twin is not None and twin is not node:
@@ -274,10 +282,12 @@ class InMemoryGraphStore:
             return EditOutcome("REVISE", node.id, "revised", new_id=edit.new_id)
         if (
             was_active
-            and not edit.evidence_only
+            and judged
             and (
                 plan.archive_policy == "immediate"
-                or archive_threshold_reached(len(node.negative), len(node.positive), plan.archive_ratio)
+                or archive_threshold_reached(
+                    node.judged_negative, node.judged_positive, plan.archive_ratio, plan.archive_min
+                )
             )
         ):
             node.state = "archived"
@@ -375,7 +385,15 @@ class InMemoryGraphStore:
                 n = self._insights.get(i)
                 if n is not None and n.namespace == namespace:
                     out[i] = InsightHead(
-                        n.id, n.namespace, n.text, n.state, n.version, len(n.positive), len(n.negative)
+                        n.id,
+                        n.namespace,
+                        n.text,
+                        n.state,
+                        n.version,
+                        len(n.positive),
+                        len(n.negative),
+                        n.judged_positive,
+                        n.judged_negative,
                     )
             return out
 

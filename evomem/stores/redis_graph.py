@@ -153,15 +153,25 @@ class RedisGraphStore:
         ids = list(dict.fromkeys(ids))
         pipe = self.r.pipeline(transaction=False)
         for i in ids:
-            pipe.hmget(keys.insight(namespace, i), "text", "state", "version")
+            pipe.hmget(keys.insight(namespace, i), "text", "state", "version", "jpos", "jneg")
             pipe.scard(keys.insight_positive(namespace, i))
             pipe.scard(keys.insight_negative(namespace, i))
         raw = pipe.execute()
         out: dict[str, InsightHead] = {}
         for n, i in enumerate(ids):
-            (text, state, version), pos, neg = raw[3 * n], raw[3 * n + 1], raw[3 * n + 2]
+            (text, state, version, jpos, jneg), pos, neg = raw[3 * n], raw[3 * n + 1], raw[3 * n + 2]
             if text is not None and state is not None:
-                out[i] = InsightHead(i, namespace, _s(text), _s(state), int(version or 0), pos, neg)
+                out[i] = InsightHead(
+                    i,
+                    namespace,
+                    _s(text),
+                    _s(state),
+                    int(version or 0),
+                    pos,
+                    neg,
+                    int(jpos or 0),
+                    int(jneg or 0),
+                )
         return out
 
     def duplicate_candidates(self, namespace: str, bands: Collection[str]) -> set[str]:

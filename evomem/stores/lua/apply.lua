@@ -50,16 +50,20 @@ local function touch(id, visible)
   end
 end
 
-local function positive(id, query)
-  redis.call('SADD', k('ins.pos', id), query)
-  redis.call('SADD', k('q.pos', query), id)
-  if query == q then query_changed = true end
+-- evidence on both sides; judged evidence (not inferred from the outcome alone) is also counted in
+-- jpos / jneg, what the evidence policy weighs (a set member already there is not counted twice)
+local function positive(id, judged)
+  local new = redis.call('SADD', k('ins.pos', id), q)
+  redis.call('SADD', k('q.pos', q), id)
+  query_changed = true
+  if judged and new == 1 then redis.call('HINCRBY', ins(id), 'jpos', 1) end
 end
 
-local function negative(id, query)
-  redis.call('SADD', k('ins.neg', id), query)
-  redis.call('SADD', k('q.neg', query), id)
-  if query == q then query_changed = true end
+local function negative(id, judged)
+  local new = redis.call('SADD', k('ins.neg', id), q)
+  redis.call('SADD', k('q.neg', q), id)
+  query_changed = true
+  if judged and new == 1 then redis.call('HINCRBY', ins(id), 'jneg', 1) end
 end
 
 local function exists(id)
@@ -82,6 +86,7 @@ end
 
 -- the new (or absorbing) node takes over what ``from`` was supported by
 local function inherit(to, from)
+  redis.call('HINCRBY', ins(to), 'jpos', tonumber(redis.call('HGET', ins(from), 'jpos') or '0'))
   redis.call('SUNIONSTORE', k('ins.pos', to), k('ins.pos', to), k('ins.pos', from))
   redis.call('SADD', k('ins.inh', to), from)
   redis.call('SUNIONSTORE', k('ins.inh', to), k('ins.inh', to), k('ins.inh', from))
@@ -152,14 +157,14 @@ for _, e in ipairs(plan.edits) do
     if twin then
       -- no twin; a resolved task is positive evidence for the insight it re-proposed
       if plan.status == 'resolved' then
-        positive(twin, q)
+        positive(twin, true)
         touch(twin, false)
       end
       o.insight_id = twin
       o.outcome = 'duplicate'
     else
       create(e.new_id, e.text, nil, e.bands)
-      positive(e.new_id, q)
+      positive(e.new_id, true)
       redis.call('HSET', texts, e.text_key, e.new_id)
       o.insight_id = cjson.null
       o.outcome = 'added'
@@ -170,15 +175,16 @@ for _, e in ipairs(plan.edits) do
   elseif exists(e.insight_id) then
     local id = e.insight_id
     local state = redis.call('HGET', ins(id), 'state')
+    local judged = e.inferred ~= true
     if e.op == 'KEEP' then
-      positive(id, q)
+      positive(id, judged)
       touch(id, false)
       if state == 'active' then
         o.outcome = 'kept'
       else
         local tip = active_tip(id)
         if tip then
-          positive(tip, q)
+          positive(tip, judged)
           touch(tip, false)
           o.outcome = 'forwarded'
           o.forwarded_to = tip
@@ -187,7 +193,7 @@ for _, e in ipairs(plan.edits) do
         end
       end
     else
-      negative(id, q)
+      negative(id, judged)
       local twin = nil
       if e.op == 'REVISE' and state == 'active' then twin = active_twin(e) end
       if twin and twin ~= id then
@@ -195,7 +201,7 @@ for _, e in ipairs(plan.edits) do
         redis.call('HSET', ins(id), 'state', 'archived', 'revised_to', twin)
         touch(id, true)
         inherit(twin, id)
-        positive(twin, q)
+        positive(twin, true)
         touch(twin, true)
         o.outcome = 'merged'
         o.new_id = twin
@@ -205,7 +211,7 @@ for _, e in ipairs(plan.edits) do
         touch(id, true)
         create(e.new_id, e.text, id, e.bands)
         inherit(e.new_id, id)
-        positive(e.new_id, q)
+        positive(e.new_id, true)
         if e.text_key and e.text_key ~= cjson.null then redis.call('HSET', texts, e.text_key, e.new_id) end
         o.outcome = 'revised'
         o.new_id = e.new_id
@@ -213,13 +219,13 @@ for _, e in ipairs(plan.edits) do
         table.insert(linked, e.new_id)
       else
         local archive = false
-        if state == 'active' and e.evidence_only ~= true then
+        if state == 'active' and judged then
           if plan.archive_policy == 'immediate' then
             archive = true
           else
-            local neg = redis.call('SCARD', k('ins.neg', id))
-            local pos = redis.call('SCARD', k('ins.pos', id))
-            archive = neg >= math.max(1, plan.archive_ratio * pos)
+            local neg = tonumber(redis.call('HGET', ins(id), 'jneg') or '0')
+            local pos = tonumber(redis.call('HGET', ins(id), 'jpos') or '0')
+            archive = neg >= math.max(tonumber(plan.archive_min) or 1, plan.archive_ratio * pos)
           end
         end
         if archive then
