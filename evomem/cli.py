@@ -299,6 +299,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """The Model Context Protocol server, over stdio (the default) or streamable HTTP."""
+    try:
+        from evomem.mcp import server
+    except ImportError as exc:
+        raise CommandError(
+            f"evomem mcp needs the mcp extra: pip install 'evomem[mcp]' ({exc.name} is missing)"
+        ) from None
+    overrides: dict[str, Any] = {}
+    if args.host:
+        overrides["http_host"] = args.host
+    if args.namespace:
+        overrides["mcp_namespace"] = args.namespace
+    settings = Settings(**overrides)
+    if args.http:
+        server.serve_http(settings, settings.mcp_port if args.port is None else args.port)
+    else:
+        server.serve_stdio(settings)
+    return 0
+
+
 def cmd_dlq(args: argparse.Namespace) -> int:
     with _open() as mem:
         if args.action == "list":
@@ -452,6 +473,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--host")
     sp.add_argument("--port", type=int)
     sp.set_defaults(func=cmd_serve)
+
+    sp = sub.add_parser("mcp", help="serve the memory to agents over the Model Context Protocol")
+    sp.add_argument("--http", action="store_true", help="streamable HTTP at /mcp instead of stdio")
+    sp.add_argument("--host", help="where --http listens (default EVOMEM_HTTP_HOST)")
+    sp.add_argument("--port", type=int, help="the port of --http (default EVOMEM_MCP_PORT)")
+    sp.add_argument("-n", "--namespace", help="the namespace tools use by default (EVOMEM_MCP_NAMESPACE)")
+    sp.set_defaults(func=cmd_mcp)
 
     sp = sub.add_parser("dlq", help="dead letters: list, show, replay")
     sp.add_argument("action", choices=["list", "show", "replay"])

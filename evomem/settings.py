@@ -113,6 +113,15 @@ class Settings(BaseSettings):
         1000, ge=1, description="open connections past which the service answers 503 at once"
     )
 
+    # The MCP server (`evomem mcp`).
+    mcp_namespace: str | None = Field(
+        None, description="the namespace the MCP server's tools use when a call names none; binds stdio to it"
+    )
+    mcp_port: int = Field(8766, ge=0, le=65535, description="port of `evomem mcp --http`")
+    mcp_consolidate: bool = Field(
+        True, description="on the local stores, the MCP server consolidates reported events itself"
+    )
+
     # Per-namespace quotas, counted in Redis over one-minute windows; 0: no limit. Past one, the
     # service answers 429 with Retry-After and the SDK raises QuotaExceededError.
     quota_events_per_minute: int = Field(60_000, ge=0, description="events one namespace may report a minute")
