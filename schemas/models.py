@@ -106,6 +106,14 @@ class TaskEvent(_Strict):
             raise ValueError(f"trajectory is {size} bytes; at most {MAX_TRAJECTORY_BYTES} are accepted")
         return steps
 
+    @field_validator("occurred_at", mode="before")
+    @classmethod
+    def _date_time_text(cls, value: Any) -> Any:
+        # the JSON Schema says an RFC 3339 string; pydantic alone would also take a number as Unix time
+        if isinstance(value, int | float):
+            raise ValueError("occurred_at must be an RFC 3339 date-time string")
+        return value
+
     @field_validator("retrieved_insight_ids")
     @classmethod
     def _unique_ids(cls, ids: list[str]) -> list[str]:
