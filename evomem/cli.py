@@ -320,6 +320,85 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tokens(args: argparse.Namespace) -> int:
+    """API tokens made at run time; the service and the MCP server pick them up without a restart."""
+    from dataclasses import asdict
+
+    from evomem.tenancy.tokens import TokenStore
+
+    with _open() as mem:
+        store = TokenStore(mem.redis)
+        if args.action == "create":
+            namespaces = ["*"] if args.all else args.namespace
+            token, record = store.create(namespaces, args.name or "")
+            if args.json:
+                _out({"token": token, **asdict(record)})
+            else:
+                print(token)
+                sys.stderr.write(
+                    f"token {record.id} for {', '.join(record.namespaces)}: "
+                    "shown once, only its hash is kept\n"
+                )
+        elif args.action == "list":
+            records = store.list()
+            if args.json:
+                _out([asdict(r) for r in records])
+            for r in records if not args.json else []:
+                print(f"{r.id}  {r.created_at}  {','.join(r.namespaces):<24} {r.name}")
+            if not records and not args.json:
+                print("no run-time tokens (EVOMEM_TOKENS are not listed)")
+        else:
+            if not args.ids:
+                raise CommandError("revoke which token? give its id (evomem tokens list)")
+            for token_id in args.ids:
+                print(f"revoked {store.revoke(token_id).id}")
+    return 0
+
+
+def cmd_settings(args: argparse.Namespace) -> int:
+    """Settings a namespace overrides (λ, budget, scoring, archive policy and ratio, k, hops)."""
+    from evomem.tenancy.overrides import OVERRIDABLE
+
+    with _open() as mem:
+        store = mem.namespace_settings
+        if args.action == "set":
+            values: dict[str, Any] = {}
+            for pair in args.values:
+                name, sep, value = pair.partition("=")
+                if not sep:
+                    raise InvalidEventError(
+                        name, f"expected NAME=VALUE with NAME one of {', '.join(OVERRIDABLE)}"
+                    )
+                values[name.strip()] = value.strip()
+            store.set(_required_namespace(args), values)
+        elif args.action == "unset":
+            store.unset(_required_namespace(args), args.values)
+        shown = {args.namespace: store.get(args.namespace)} if args.namespace else store.all()
+        if args.json:
+            _out({ns: o.model_dump(exclude_none=True, by_alias=True) for ns, o in shown.items()})
+            return 0
+        if not shown:
+            print("no namespace overrides a setting")
+        for ns, overrides in shown.items():
+            effective = store(ns)
+            fields = overrides.model_dump(exclude_none=True, by_alias=True)
+            print(
+                f"namespace {ns}: " + (", ".join(f"{k}={v}" for k, v in fields.items()) or "global settings")
+            )
+            print(
+                f"  effective: lambda={effective.lambda_} budget={effective.budget} "
+                f"top_k={effective.top_k} hops={effective.hops} scoring={effective.scoring} "
+                f"archive_policy={effective.archive_policy} archive_ratio={effective.archive_ratio}"
+            )
+    return 0
+
+
+def _required_namespace(args: argparse.Namespace) -> str:
+    if not args.namespace:
+        raise CommandError(f"evomem settings {args.action} needs a namespace")
+    return str(args.namespace)
+
+
 def cmd_dlq(args: argparse.Namespace) -> int:
     with _open() as mem:
         if args.action == "list":
@@ -480,6 +559,24 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--port", type=int, help="the port of --http (default EVOMEM_MCP_PORT)")
     sp.add_argument("-n", "--namespace", help="the namespace tools use by default (EVOMEM_MCP_NAMESPACE)")
     sp.set_defaults(func=cmd_mcp)
+
+    sp = sub.add_parser("tokens", help="API tokens made at run time: create, list, revoke")
+    sp.add_argument("action", choices=["create", "list", "revoke"])
+    sp.add_argument("ids", nargs="*", help="revoke: the token ids")
+    sp.add_argument("-n", "--namespace", action="append", default=[], help="create: a namespace it may use")
+    sp.add_argument("--all", action="store_true", help="create: a token for every namespace (*)")
+    sp.add_argument("--name", help="create: a label to recognise it by")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_tokens)
+
+    sp = sub.add_parser(
+        "settings", help="per-namespace settings: show [NS], set NS NAME=VALUE..., unset NS [NAME...]"
+    )
+    sp.add_argument("action", nargs="?", choices=["show", "set", "unset"], default="show")
+    sp.add_argument("namespace", nargs="?")
+    sp.add_argument("values", nargs="*", help="set: lambda=2 budget=5 ...; unset: names (none: all)")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_settings)
 
     sp = sub.add_parser("dlq", help="dead letters: list, show, replay")
     sp.add_argument("action", choices=["list", "show", "replay"])

@@ -10,7 +10,7 @@ applied marker, so it changes nothing twice and costs no second controller call.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from evomem import controllers, duplicates
@@ -90,12 +90,15 @@ class Consolidator:
         controller: Controller,
         settings: Settings,
         max_deliveries: int = 5,
+        resolve: Callable[[str], Settings] | None = None,
     ) -> None:
         self.graph = graph
         self.stream = stream
         self.controller = controller
         self.settings = settings
         self.max_deliveries = max_deliveries
+        # a namespace's effective settings: its own archive policy and ratio over the global ones
+        self.resolve = resolve or (lambda _namespace: settings)
 
     def process(self, entries: Sequence[Entry]) -> ConsolidationReport:
         """Consolidate one batch in a handful of round trips, whatever its size. If the batch as a
@@ -133,11 +136,11 @@ class Consolidator:
                 twins=w.twins,
                 bands=w.bands,
                 allowed_operations=self.settings.allowed_operations,
-                archive_policy=self.settings.archive_policy,
-                archive_ratio=self.settings.archive_ratio,
+                archive_policy=s.archive_policy,
+                archive_ratio=s.archive_ratio,
                 at=utcnow(),
             )
-            for w in work
+            for w, s in ((w, self.resolve(w.event.namespace)) for w in work)
             if w.decision is not None
         ]
         results = self.graph.apply_many(plans)  # a TransientError leaves the whole batch pending

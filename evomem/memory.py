@@ -38,6 +38,7 @@ from evomem.retriever import Retrieval, Retriever
 from evomem.settings import Settings
 from evomem.stores.redis_graph import RedisGraphStore
 from evomem.stream import EventStream, _id_key, reason_of
+from evomem.tenancy.overrides import NamespaceSettings
 from schemas import InsightNode, TaskEvent
 from schemas.models import MAX_QUERY_CHARS, Namespace
 
@@ -130,14 +131,22 @@ class Memory:
         self.index = index
         self.embedder = make_embedder(settings)
         self.controller = make_controller(settings, client)
-        self._retriever = Retriever(self.graph, index, self.embedder, settings) if index else None
+        self.namespace_settings = NamespaceSettings(client, settings)  # per-namespace overrides
+        self._retriever = (
+            Retriever(self.graph, index, self.embedder, settings, self.namespace_settings) if index else None
+        )
         self.projector = (
             Projector(self.graph, index, self.embedder, client, link_k=settings.top_k) if index else None
         )
         self._follower: threading.Thread | None = None
         self._stop = threading.Event()
         self.consolidator = Consolidator(
-            self.graph, self.stream, self.controller, settings, max_deliveries=settings.max_deliveries
+            self.graph,
+            self.stream,
+            self.controller,
+            settings,
+            max_deliveries=settings.max_deliveries,
+            resolve=self.namespace_settings,
         )
         self.consumer = settings.consumer_name or f"{socket.gethostname()}-{os.getpid()}"
         self._closed = False

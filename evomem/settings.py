@@ -113,6 +113,12 @@ class Settings(BaseSettings):
         1000, ge=1, description="open connections past which the service answers 503 at once"
     )
 
+    tenancy_cache_s: float = Field(
+        2.0,
+        ge=0.0,
+        description="how long a process keeps per-namespace settings and run-time tokens it has read",
+    )
+
     # The MCP server (`evomem mcp`).
     mcp_namespace: str | None = Field(
         None, description="the namespace the MCP server's tools use when a call names none; binds stdio to it"

@@ -18,6 +18,7 @@ from evomem.redis_server import Client, EmbeddedRedis, connect
 from evomem.settings import Settings
 from evomem.stores.redis_graph import RedisGraphStore
 from evomem.stream import EventStream
+from evomem.tenancy.overrides import NamespaceSettings
 
 log = get_logger("evomem.worker")
 
@@ -45,6 +46,7 @@ class ConsolidationWorker:
             make_controller(settings, client),
             settings,
             max_deliveries=settings.max_deliveries,
+            resolve=NamespaceSettings(client, settings),
         )
         self.consumer = consumer or settings.consumer_name or default_consumer()
 

@@ -268,3 +268,17 @@ def test_streamable_http_refuses_missing_unknown_and_borrowed_tokens(mcp_http: M
             headers={**headers, "Authorization": "Bearer tok-beta", "Mcp-Session-Id": session},
         )
         assert borrowed.status_code == 404  # a session answers only the token that opened it
+
+
+def test_a_run_time_token_reaches_its_namespace_through_mcp(mcp_http: MCPHTTPServer) -> None:
+    from evomem.tenancy import TokenStore
+
+    token, _ = TokenStore(mcp_http.backend.memory.redis).create(["gamma"])  # type: ignore[union-attr]
+
+    async def run() -> None:
+        async with http_client(mcp_http.url, token) as gamma:
+            assert (await ok(gamma, "retrieve_insights", query="anything"))["namespace"] == "gamma"
+            text = await refused(gamma, "retrieve_insights", query="anything", namespace="alpha")
+            assert "may not use namespace 'alpha'" in text
+
+    anyio.run(run)

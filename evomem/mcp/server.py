@@ -34,6 +34,7 @@ from evomem.memory import Memory
 from evomem.remote import RemoteMemory
 from evomem.service.auth import OPEN, Principal, TokenAuth, Unauthorized
 from evomem.settings import Settings
+from evomem.tenancy.tokens import TokenStore
 
 log = get_logger("evomem.mcp")
 
@@ -271,8 +272,12 @@ def _token(settings: Settings) -> str | None:
     return settings.token.get_secret_value() if settings.token else None
 
 
-def make_auth(settings: Settings) -> TokenAuth:
-    return TokenAuth(settings.tokens.get_secret_value() if settings.tokens else None)
+def make_auth(settings: Settings, backend: Backend | None = None) -> TokenAuth:
+    """``EVOMEM_TOKENS``, plus the run-time tokens when the backend is the local stores."""
+    auth = TokenAuth(settings.tokens.get_secret_value() if settings.tokens else None)
+    if isinstance(backend, LocalBackend):
+        auth.attach(TokenStore(backend.local.redis, settings.tenancy_cache_s))
+    return auth
 
 
 def stdio_principal(settings: Settings, auth: TokenAuth, remote: bool) -> Principal:
@@ -282,11 +287,11 @@ def stdio_principal(settings: Settings, auth: TokenAuth, remote: bool) -> Princi
     if auth.enabled and not remote:
         token = _token(settings)
         if token is None:
-            raise ConfigError("EVOMEM_TOKENS is set: give this process its EVOMEM_TOKEN")
+            raise ConfigError("tokens are required here: give this process its EVOMEM_TOKEN")
         try:
             principal = auth.authenticate(f"Bearer {token}")
         except Unauthorized:
-            raise ConfigError("EVOMEM_TOKEN is not one of EVOMEM_TOKENS") from None
+            raise ConfigError("EVOMEM_TOKEN is not one of EVOMEM_TOKENS nor a run-time token") from None
     return bind_namespace(principal, settings.mcp_namespace)
 
 
@@ -319,11 +324,9 @@ def http_app(server: MCPServer[Any], settings: Settings, auth: TokenAuth) -> ASG
 
 
 def serve_stdio(settings: Settings) -> None:
-    principal = stdio_principal(
-        settings, make_auth(settings), remote=settings.url is not None
-    )  # first: fail fast
     backend = open_backend(settings)
     try:
+        principal = stdio_principal(settings, make_auth(settings, backend), remote=backend.remote)
         anyio.run(build(backend, principal).run_stdio_async)
     finally:
         backend.close()
@@ -337,18 +340,19 @@ class MCPHTTPServer:
         from evomem.service.routes import LOOPBACK_HOSTS
         from evomem.service.server import bind
 
-        self.auth = make_auth(settings)
-        if not self.auth.enabled and settings.http_host not in LOOPBACK_HOSTS:
-            raise ConfigError(
-                "without EVOMEM_TOKENS the MCP server only listens on loopback; set tokens to bind "
-                + settings.http_host
-            )
-        self.socket = bind(settings.http_host, port)
+        self.socket = bind(settings.http_host, port)  # first: a port in use opens nothing
         try:
             self.backend = backend or open_backend(settings)
         except BaseException:
             self.socket.close()
             raise
+        self.auth = make_auth(settings, self.backend)
+        if not self.auth.enabled and settings.http_host not in LOOPBACK_HOSTS:
+            self.close()
+            raise ConfigError(
+                "without EVOMEM_TOKENS the MCP server only listens on loopback; set tokens to bind "
+                + settings.http_host
+            )
         server = build(self.backend, bind_namespace(OPEN, settings.mcp_namespace), self.auth)
         config = uvicorn.Config(
             http_app(server, settings, self.auth),
