@@ -251,9 +251,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """A Celery consolidation worker (``celery -A workers.app worker`` with the right options)."""
     import os
 
+    settings = Settings()
+    port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
+    if port is not None:
+        _serve_worker_metrics(settings, port)  # first: it names the metric files' directory
     from workers.app import QUEUE, app
 
-    settings = Settings()
     argv = [
         "worker",
         "--concurrency",
@@ -269,6 +272,21 @@ def cmd_worker(args: argparse.Namespace) -> int:
     ]
     app.worker_main(argv)
     return 0
+
+
+def _serve_worker_metrics(settings: Settings, port: int) -> None:
+    import atexit
+    import shutil
+
+    from evomem.ops import worker_metrics
+    from evomem.redis_server import connect
+    from evomem.worker import redis_url
+
+    directory = worker_metrics.prepare_multiprocess(settings)
+    atexit.register(shutil.rmtree, directory, True)
+    registry = worker_metrics.scrape_registry(connect(redis_url(settings)), settings, directory)
+    server, _ = worker_metrics.serve(registry, settings.http_host, port)
+    print(f"worker metrics on http://{settings.http_host}:{server.server_port}/metrics", flush=True)
 
 
 def cmd_project(args: argparse.Namespace) -> int:
@@ -543,6 +561,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("worker", help="run a Celery consolidation worker")
     sp.add_argument("-c", "--concurrency", type=int)
+    sp.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus /metrics here (EVOMEM_WORKER_METRICS_PORT; 0: any)"
+    )
     sp.set_defaults(func=cmd_worker)
 
     sp = sub.add_parser("project", help="hold the Qdrant store and keep it in step (the retrieval side)")

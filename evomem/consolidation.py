@@ -43,6 +43,7 @@ class ConsolidationReport:
     deferred: int = 0
     operations: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
+    decisions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (operation, outcome)
 
     def merge(self, other: ConsolidationReport) -> None:
         self.events += other.events
@@ -52,6 +53,7 @@ class ConsolidationReport:
         self.deferred += other.deferred
         self.operations.update(other.operations)
         self.outcomes.update(other.outcomes)
+        self.decisions.update(other.decisions)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -350,6 +352,7 @@ class Consolidator:
         for o in result.outcomes:
             report.operations[o.op] += 1
             report.outcomes[o.outcome] += 1
+            report.decisions[(o.op, o.outcome)] += 1
 
 
 __all__ = ["ConsolidationReport", "Consolidator"]

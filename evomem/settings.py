@@ -148,6 +148,9 @@ class Settings(BaseSettings):
     visibility_timeout_s: int = Field(600, ge=1, description="Celery broker visibility timeout")
     worker_concurrency: int = Field(2, ge=1, description="processes per `evomem worker`")
     pump_interval_s: float = Field(0.2, gt=0, description="how often a worker checks the stream for work")
+    worker_metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="where each `evomem worker` serves /metrics; unset: nowhere"
+    )
 
     @model_validator(mode="after")
     def _timeouts_in_order(self) -> Settings:

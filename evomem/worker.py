@@ -14,6 +14,7 @@ import time
 from evomem.consolidation import ConsolidationReport, Consolidator
 from evomem.controllers import make_controller
 from evomem.logs import get_logger
+from evomem.ops.worker_metrics import worker_metrics
 from evomem.redis_server import Client, EmbeddedRedis, connect
 from evomem.settings import Settings
 from evomem.stores.redis_graph import RedisGraphStore
@@ -66,7 +67,9 @@ class ConsolidationWorker:
             )
         if not entries:
             return ConsolidationReport()
+        t0 = time.perf_counter()
         report = self.consolidator.process(entries)
+        worker_metrics().observe(report, time.perf_counter() - t0)
         log.info(
             "batch.consolidated",
             consumer=self.consumer,
