@@ -154,3 +154,66 @@ def test_worker_process_and_service_scrape_cleanly_and_the_dashboard_uses_their_
     assert used <= exposed, f"the dashboard queries metrics nobody exposes: {sorted(used - exposed)}"
     covered = {"evomem_worker_events_total", "evomem_worker_batch_seconds_bucket", "evomem_stream_lag"}
     assert covered <= used and "evomem_request_seconds_bucket" in used
+
+
+def test_flower_follows_the_workers(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> None:
+    """``celery -A workers.app flower`` against our Celery app: it sees the worker online and the
+    consolidation tasks it runs (its own Prometheus /metrics says so)."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "EVOMEM_REDIS_URL": redis_url, "EVOMEM_DATA_DIR": str(tmp_path)}
+    workers = Workers(redis_url, tmp_path, {"EVOMEM_DATA_DIR": str(tmp_path)})
+    with open(tmp_path / "flower.log", "wb") as log:
+        flower = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "workers.app",
+                "flower",
+                "--address=127.0.0.1",
+                f"--port={port}",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    workers.start(1, concurrency=1)
+    try:
+
+        def flower_metrics() -> dict[str, Any]:
+            try:
+                return parse(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
+            except httpx.HTTPError:
+                return {}
+
+        wait_for(
+            lambda: any(v == 1 for v in flower_metrics().get("flower_worker_online", {}).values()),
+            90,
+            "Flower to see the worker",
+        )
+        with Memory.open(Settings(redis_url=redis_url, data_dir=tmp_path), index=False) as mem:
+            _events(mem, "alpha", 2, redis_client)
+
+        def succeeded() -> bool:
+            events = flower_metrics().get("flower_events_total", {})
+            return any(
+                dict(labels).get("task") == "evomem.consolidate"
+                and dict(labels).get("type") == "task-succeeded"
+                for labels in events
+            )
+
+        wait_for(succeeded, 90, "Flower to see a consolidation task succeed")
+    finally:
+        workers.stop()
+        os.killpg(flower.pid, signal.SIGTERM)
+        flower.wait(timeout=20)
