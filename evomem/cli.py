@@ -16,6 +16,7 @@ from typing import Any
 from evomem.errors import EvomemError, InvalidEventError, StoreLockedError
 from evomem.logs import configure_logging
 from evomem.memory import InsightView, Memory
+from evomem.ops import progress
 from evomem.remote import RemoteMemory
 from evomem.settings import Settings
 from schemas import TaskEvent
@@ -448,6 +449,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     with _open() as mem:
         namespaces = args.namespace or sorted(mem.graph.namespaces())
         records = export(mem.graph, namespaces)
+        if progress.wanted(args.progress):
+            total = 1 + sum(
+                len(mem.graph.query_ids(ns)) + len(mem.graph.insight_ids(ns)) for ns in namespaces
+            )
+            records = progress.iterate(records, "export", total, True)
         if args.output in (None, "-"):
             n = write_jsonl(records, sys.stdout)
         else:
@@ -461,8 +467,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     from evomem.transfer import import_jsonl
 
     text = _read_text(args.file)
+    lines: Any = io.StringIO(text)
+    if progress.wanted(args.progress):
+        lines = progress.iterate(lines, "import", text.count("\n") + (not text.endswith("\n")), True)
     with _open() as mem:
-        counts = import_jsonl(mem.redis, io.StringIO(text))
+        counts = import_jsonl(mem.redis, lines)
     print(
         f"imported {counts['queries']} queries and {counts['insights']} insights; "
         f"{counts['skipped']} already present"
@@ -610,10 +619,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("export", help="write a memory's nodes as JSON lines")
     sp.add_argument("-n", "--namespace", action="append", help="only these namespaces (repeatable)")
     sp.add_argument("-o", "--output", help="a file; default standard output")
+    progress.add_flag(sp)
     sp.set_defaults(func=cmd_export)
 
     sp = sub.add_parser("import", help="load an export (idempotent)")
     sp.add_argument("file", help="an export file; - reads standard input")
+    progress.add_flag(sp)
     sp.set_defaults(func=cmd_import)
 
     sp = sub.add_parser("up", help="start Redis, workers and the retrieval side in the background")
