@@ -651,6 +651,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     debug = args.debug or args.log_level == "DEBUG"
     try:
+        if args.command != "worker":  # a worker's pool children set up their own, after the fork
+            from evomem.ops import tracing
+
+            tracing.configure(Settings())
         code: int = args.func(args)
     except BaseException as exc:  # every error leaves as one line; --debug shows its traceback
         if isinstance(exc, SystemExit):

@@ -9,6 +9,7 @@ applied marker, so it changes nothing twice and costs no second controller call.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from evomem.editing import (
 )
 from evomem.errors import InvalidEventError, TransientError
 from evomem.logs import get_logger
+from evomem.ops import tracing
 from evomem.ports import ApplyResult, EventKey, GraphStore, StoredDecision
 from evomem.settings import Settings
 from evomem.stream import Entry, EventStream, reason_of
@@ -122,6 +124,7 @@ class Consolidator:
         return total
 
     def _process(self, entries: Sequence[Entry]) -> ConsolidationReport:
+        started_ns = time.time_ns()
         report = ConsolidationReport(events=len(entries))
         work = self._prepare([e for e in entries if self._deliverable(e, report)], report)
         work = self._validate_ids(work, report)
@@ -153,6 +156,7 @@ class Consolidator:
                 continue
             done.append(w.entry.id)
             self._count(plan, result, report)
+            tracing.consolidated(w.event, w.entry, result, started_ns)
         self.stream.ack(done)
         return report
 

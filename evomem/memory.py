@@ -30,6 +30,7 @@ from evomem.errors import (
 )
 from evomem.index.edge import EdgeIndex
 from evomem.logs import get_logger
+from evomem.ops import tracing
 from evomem.ports import EditRecord, VectorIndex
 from evomem.projector import FollowerState, Projector
 from evomem.quotas import Quotas
@@ -281,7 +282,8 @@ class Memory:
             self.quotas.charge_event(event.namespace, len(event.model_dump_json()))
             if self._retriever is not None:
                 self._retriever.flush()  # the retrieval record this report refers to is written first
-            self.stream.publish(event)
+            with tracing.reporting(event) as traced:  # the trace context travels in the event
+                self.stream.publish(traced)
         return str(event.event_id)
 
     def consolidate(self, max_events: int | None = None) -> ConsolidationReport:

@@ -148,6 +148,10 @@ class Settings(BaseSettings):
     visibility_timeout_s: int = Field(600, ge=1, description="Celery broker visibility timeout")
     worker_concurrency: int = Field(2, ge=1, description="processes per `evomem worker`")
     pump_interval_s: float = Field(0.2, gt=0, description="how often a worker checks the stream for work")
+    otel_exporter: Literal["none", "console", "otlp"] = Field(
+        "none", description="OpenTelemetry exporter of evomem's own processes (needs the otel extra)"
+    )
+    otel_service_name: str = Field("evomem", description="service.name of those processes' spans")
     worker_metrics_port: int | None = Field(
         None, ge=0, le=65535, description="where each `evomem worker` serves /metrics; unset: nowhere"
     )

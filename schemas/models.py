@@ -65,6 +65,18 @@ class PartialVerdict(_Strict):
 
 
 Verdict = Literal["helpful", "harmful"] | PartialVerdict
+
+
+class TraceContext(_Strict):
+    """W3C trace context of the span that reported the event, so the consolidation that applies it
+    continues the same trace (optional; what OpenTelemetry's propagator writes)."""
+
+    traceparent: Annotated[
+        str, StringConstraints(pattern=r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+    ]
+    tracestate: Annotated[str, StringConstraints(max_length=512)] | None = None
+
+
 TrajectoryStep = Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)] | dict[str, Any]
 
 
@@ -93,6 +105,8 @@ class TaskEvent(_Strict):
     agent_id: Annotated[str, StringConstraints(max_length=128)] | None = None
     occurred_at: datetime = Field(default_factory=utcnow)
     schema_version: Literal[1] = SCHEMA_VERSION
+    # left out of the document when absent: an event without one is byte for byte what it was
+    trace_context: TraceContext | None = Field(None, exclude_if=lambda v: v is None)
 
     @field_validator("trajectory")
     @classmethod
@@ -209,6 +223,7 @@ __all__ = [
     "QueryNode",
     "TaskEvent",
     "TaskStatus",
+    "TraceContext",
     "Verdict",
     "utcnow",
 ]
