@@ -58,8 +58,9 @@ async def eventually(check: Any, what: str) -> Any:
     raise AssertionError(what)  # pragma: no cover
 
 
-async def learn_and_revise(client: Client, namespace: str, settle: Any) -> None:
-    """The whole loop an agent runs: report a lesson, retrieve it, judge it partial, inspect."""
+async def learn_and_revise(client: Client, namespace: str, settle: Any, *, query_texts: bool = True) -> None:
+    """The whole loop an agent runs: report a lesson, retrieve it, judge it partial, inspect.
+    (Through a remote service the evidence is shown as query ids: the HTTP API has no query texts.)"""
     task = f"Verify: Mohra is a car ({namespace})"
     tools = await client.list_tools()
     assert {t.name for t in tools.tools} == TOOLS
@@ -102,7 +103,7 @@ async def learn_and_revise(client: Client, namespace: str, settle: Any) -> None:
     assert view["lineage"][1]["text"] == "Check class and make."
     assert [h["op"] for h in view["history"]] == ["ADD", "REVISE"]
     assert view["helped"] == 1 and view["harmed"] == 1
-    assert view["harmed_queries"] == [task]
+    assert len(view["harmed_queries"]) == 1 and (view["harmed_queries"] == [task] or not query_texts)
 
     text = await refused(
         client,
@@ -282,3 +283,41 @@ def test_a_run_time_token_reaches_its_namespace_through_mcp(mcp_http: MCPHTTPSer
             assert "may not use namespace 'alpha'" in text
 
     anyio.run(run)
+
+
+def test_stdio_process_against_a_remote_service(
+    tmp_path: Path, settings: Settings, redis_client: redis.Redis
+) -> None:
+    """``EVOMEM_URL`` set: the MCP server is a client of the retrieval service, which checks the
+    process's ``EVOMEM_TOKEN``; the namespace is bound by ``EVOMEM_MCP_NAMESPACE``."""
+    from evomem.service.server import build_server
+
+    srv = build_server(settings.model_copy(update={"tokens": SecretStr(TOKENS), "http_port": 0}))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "evomem.cli", "mcp"],
+        env={
+            "EVOMEM_URL": srv.url,
+            "EVOMEM_TOKEN": "tok-alpha",
+            "EVOMEM_MCP_NAMESPACE": "alpha",
+            "EVOMEM_DATA_DIR": str(tmp_path / "elsewhere"),
+        },
+        cwd=str(tmp_path),
+    )
+
+    async def settle() -> None:
+        await anyio.to_thread.run_sync(srv.service.memory.consolidate)
+
+    async def run() -> None:
+        async with Client(params) as client:
+            await learn_and_revise(client, "alpha", settle, query_texts=False)
+            text = await refused(client, "retrieve_insights", query="anything", namespace="beta")
+            assert "may not use namespace 'beta'" in text  # bound to alpha (the service checks the token too)
+
+    try:
+        anyio.run(run)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        srv.service.memory.close()
