@@ -163,7 +163,7 @@ class Backend:
             "final_answer": final_answer,
             "feedback": feedback,
             "trajectory": trajectory or None,
-            "agent_id": "mcp",
+            "agent_id": f"mcp:{principal.name}"[:128],  # who reported, for the audit trail
         }
         event_id = self.memory.report(None, status=status, namespace=ns, query=query, **fields)
         return ReportOut(event_id=event_id, namespace=ns, status="accepted")
