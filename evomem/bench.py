@@ -36,6 +36,7 @@ import numpy as np
 from evomem import keys
 from evomem.editing import EditPlan, PlannedEdit, text_key
 from evomem.memory import Memory
+from evomem.ops.progress import Progress, add_flag, wanted
 from evomem.ports import RetrievalRecord
 from evomem.retrieval import candidates_from_queries, expand_neighbours, rank_insights
 from evomem.retriever import Retrieval, Retriever
@@ -271,34 +272,6 @@ class LoadStats:
     active_insights: int = 0
     evidence: dict[str, float] = field(default_factory=dict)
     query_degree: dict[str, float] = field(default_factory=dict)
-
-
-class Progress:
-    """One progress line: rewritten in place on a terminal, every 10% otherwise."""
-
-    def __init__(self, stream: TextIO, label: str, total: int, enabled: bool = True) -> None:
-        self.stream, self.label, self.total, self.enabled = stream, label, max(total, 1), enabled
-        self.start = time.perf_counter()
-        self.tty = stream.isatty()
-        self._next_step = 0.1
-
-    def update(self, done: int) -> None:
-        if not self.enabled:
-            return
-        frac = done / self.total
-        line = (
-            f"  {self.label}: {done:,}/{self.total:,} ({frac:4.0%}) {time.perf_counter() - self.start:6.1f} s"
-        )
-        if self.tty:
-            self.stream.write("\r" + line)
-            self.stream.flush()
-        elif frac >= self._next_step or done == self.total:
-            self.stream.write(line + "\n")
-            self._next_step = frac + 0.1
-
-    def done(self) -> None:
-        if self.enabled and self.tty:
-            self.stream.write("\n")
 
 
 def _uid(*parts: object) -> str:
@@ -898,7 +871,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also cProfile retrieve() at each size and print the top functions",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress lines")
+    add_flag(parser)  # --progress / --no-progress (default: only on a terminal)
 
 
 def _sizes(text: str) -> list[int]:
@@ -956,7 +929,7 @@ def run(args: argparse.Namespace) -> int:
                 warmup=warmup,
                 seed=args.seed,
                 data_dir=data_dir,
-                progress=not args.no_progress,
+                progress=wanted(args.progress, err),
                 profile=args.profile,
                 out=err,
             )

@@ -36,6 +36,7 @@ from evomem import bench, keys
 from evomem import retriever as retriever_module
 from evomem.errors import TransientError
 from evomem.memory import Memory
+from evomem.ops.progress import add_flag, wanted
 from evomem.redis_server import EmbeddedRedis
 from evomem.retrieval import rank_insights
 from evomem.service.routes import RequestRecord, current_request
@@ -156,7 +157,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir", type=Path, default=None, help="where the stores go (default: a temp dir)"
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress lines while loading")
+    add_flag(parser)  # --progress / --no-progress (default: only on a terminal)
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -1156,7 +1157,7 @@ def run(args: argparse.Namespace) -> int:
         f"qdrant-edge-py {machine['qdrant_edge_py']}, load average {machine['loadavg_at_start']}\n"
     )
     root = Path(tempfile.mkdtemp(prefix="evomem-bench-http-")) if args.data_dir is None else args.data_dir
-    progress = not args.no_progress
+    progress = wanted(args.progress, err)
     try:
         http = run_http(
             root, plan, seed=args.seed, progress=progress, out=out, err=err, baseline=args.baseline

@@ -16,6 +16,7 @@ from typing import Any
 from evomem.errors import EvomemError, InvalidEventError, StoreLockedError
 from evomem.logs import configure_logging
 from evomem.memory import InsightView, Memory
+from evomem.ops import progress
 from evomem.remote import RemoteMemory
 from evomem.settings import Settings
 from schemas import TaskEvent
@@ -259,9 +260,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """A Celery consolidation worker (``celery -A workers.app worker`` with the right options)."""
     import os
 
+    settings = Settings()
+    port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
+    if port is not None:
+        _serve_worker_metrics(settings, port)  # first: it names the metric files' directory
     from workers.app import QUEUE, app
 
-    settings = Settings()
     argv = [
         "worker",
         "--concurrency",
@@ -277,6 +281,21 @@ def cmd_worker(args: argparse.Namespace) -> int:
     ]
     app.worker_main(argv)
     return 0
+
+
+def _serve_worker_metrics(settings: Settings, port: int) -> None:
+    import atexit
+    import shutil
+
+    from evomem.ops import worker_metrics
+    from evomem.redis_server import connect
+    from evomem.worker import redis_url
+
+    directory = worker_metrics.prepare_multiprocess(settings)
+    atexit.register(shutil.rmtree, directory, True)
+    registry = worker_metrics.scrape_registry(connect(redis_url(settings)), settings, directory)
+    server, _ = worker_metrics.serve(registry, settings.http_host, port)
+    print(f"worker metrics on http://{settings.http_host}:{server.server_port}/metrics", flush=True)
 
 
 def cmd_project(args: argparse.Namespace) -> int:
@@ -305,6 +324,106 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["http_port"] = args.port
     serve(Settings(**overrides))
     return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """The Model Context Protocol server, over stdio (the default) or streamable HTTP."""
+    try:
+        from evomem.mcp import server
+    except ImportError as exc:
+        raise CommandError(
+            f"evomem mcp needs the mcp extra: pip install 'evomem[mcp]' ({exc.name} is missing)"
+        ) from None
+    overrides: dict[str, Any] = {}
+    if args.host:
+        overrides["http_host"] = args.host
+    if args.namespace:
+        overrides["mcp_namespace"] = args.namespace
+    settings = Settings(**overrides)
+    if args.http:
+        server.serve_http(settings, settings.mcp_port if args.port is None else args.port)
+    else:
+        server.serve_stdio(settings)
+    return 0
+
+
+def cmd_tokens(args: argparse.Namespace) -> int:
+    """API tokens made at run time; the service and the MCP server pick them up without a restart."""
+    from dataclasses import asdict
+
+    from evomem.tenancy.tokens import TokenStore
+
+    with _open() as mem:
+        store = TokenStore(mem.redis)
+        if args.action == "create":
+            namespaces = ["*"] if args.all else args.namespace
+            token, record = store.create(namespaces, args.name or "")
+            if args.json:
+                _out({"token": token, **asdict(record)})
+            else:
+                print(token)
+                sys.stderr.write(
+                    f"token {record.id} for {', '.join(record.namespaces)}: "
+                    "shown once, only its hash is kept\n"
+                )
+        elif args.action == "list":
+            records = store.list()
+            if args.json:
+                _out([asdict(r) for r in records])
+            for r in records if not args.json else []:
+                print(f"{r.id}  {r.created_at}  {','.join(r.namespaces):<24} {r.name}")
+            if not records and not args.json:
+                print("no run-time tokens (EVOMEM_TOKENS are not listed)")
+        else:
+            if not args.ids:
+                raise CommandError("revoke which token? give its id (evomem tokens list)")
+            for token_id in args.ids:
+                print(f"revoked {store.revoke(token_id).id}")
+    return 0
+
+
+def cmd_settings(args: argparse.Namespace) -> int:
+    """Settings a namespace overrides (λ, budget, scoring, archive policy and ratio, k, hops)."""
+    from evomem.tenancy.overrides import OVERRIDABLE
+
+    with _open() as mem:
+        store = mem.namespace_settings
+        if args.action == "set":
+            values: dict[str, Any] = {}
+            for pair in args.values:
+                name, sep, value = pair.partition("=")
+                if not sep:
+                    raise InvalidEventError(
+                        name, f"expected NAME=VALUE with NAME one of {', '.join(OVERRIDABLE)}"
+                    )
+                values[name.strip()] = value.strip()
+            store.set(_required_namespace(args), values)
+        elif args.action == "unset":
+            store.unset(_required_namespace(args), args.values)
+        shown = {args.namespace: store.get(args.namespace)} if args.namespace else store.all()
+        if args.json:
+            _out({ns: o.model_dump(exclude_none=True, by_alias=True) for ns, o in shown.items()})
+            return 0
+        if not shown:
+            print("no namespace overrides a setting")
+        for ns, overrides in shown.items():
+            effective = store(ns)
+            fields = overrides.model_dump(exclude_none=True, by_alias=True)
+            print(
+                f"namespace {ns}: " + (", ".join(f"{k}={v}" for k, v in fields.items()) or "global settings")
+            )
+            print(
+                f"  effective: lambda={effective.lambda_} budget={effective.budget} "
+                f"top_k={effective.top_k} hops={effective.hops} scoring={effective.scoring} "
+                f"archive_policy={effective.archive_policy} archive_ratio={effective.archive_ratio}"
+            )
+    return 0
+
+
+def _required_namespace(args: argparse.Namespace) -> str:
+    if not args.namespace:
+        raise CommandError(f"evomem settings {args.action} needs a namespace")
+    return str(args.namespace)
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
@@ -338,6 +457,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     with _open() as mem:
         namespaces = args.namespace or sorted(mem.graph.namespaces())
         records = export(mem.graph, namespaces)
+        if progress.wanted(args.progress):
+            total = 1 + sum(
+                len(mem.graph.query_ids(ns)) + len(mem.graph.insight_ids(ns)) for ns in namespaces
+            )
+            records = progress.iterate(records, "export", total, True)
         if args.output in (None, "-"):
             n = write_jsonl(records, sys.stdout)
         else:
@@ -351,8 +475,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     from evomem.transfer import import_jsonl
 
     text = _read_text(args.file)
+    lines: Any = io.StringIO(text)
+    if progress.wanted(args.progress):
+        lines = progress.iterate(lines, "import", text.count("\n") + (not text.endswith("\n")), True)
     with _open() as mem:
-        counts = import_jsonl(mem.redis, io.StringIO(text))
+        counts = import_jsonl(mem.redis, lines)
     print(
         f"imported {counts['queries']} queries and {counts['insights']} insights; "
         f"{counts['skipped']} already present"
@@ -451,6 +578,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("worker", help="run a Celery consolidation worker")
     sp.add_argument("-c", "--concurrency", type=int)
+    sp.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus /metrics here (EVOMEM_WORKER_METRICS_PORT; 0: any)"
+    )
     sp.set_defaults(func=cmd_worker)
 
     sp = sub.add_parser("project", help="hold the Qdrant store and keep it in step (the retrieval side)")
@@ -460,6 +590,31 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--host")
     sp.add_argument("--port", type=int)
     sp.set_defaults(func=cmd_serve)
+
+    sp = sub.add_parser("mcp", help="serve the memory to agents over the Model Context Protocol")
+    sp.add_argument("--http", action="store_true", help="streamable HTTP at /mcp instead of stdio")
+    sp.add_argument("--host", help="where --http listens (default EVOMEM_HTTP_HOST)")
+    sp.add_argument("--port", type=int, help="the port of --http (default EVOMEM_MCP_PORT)")
+    sp.add_argument("-n", "--namespace", help="the namespace tools use by default (EVOMEM_MCP_NAMESPACE)")
+    sp.set_defaults(func=cmd_mcp)
+
+    sp = sub.add_parser("tokens", help="API tokens made at run time: create, list, revoke")
+    sp.add_argument("action", choices=["create", "list", "revoke"])
+    sp.add_argument("ids", nargs="*", help="revoke: the token ids")
+    sp.add_argument("-n", "--namespace", action="append", default=[], help="create: a namespace it may use")
+    sp.add_argument("--all", action="store_true", help="create: a token for every namespace (*)")
+    sp.add_argument("--name", help="create: a label to recognise it by")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_tokens)
+
+    sp = sub.add_parser(
+        "settings", help="per-namespace settings: show [NS], set NS NAME=VALUE..., unset NS [NAME...]"
+    )
+    sp.add_argument("action", nargs="?", choices=["show", "set", "unset"], default="show")
+    sp.add_argument("namespace", nargs="?")
+    sp.add_argument("values", nargs="*", help="set: lambda=2 budget=5 ...; unset: names (none: all)")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_settings)
 
     sp = sub.add_parser("dlq", help="dead letters: list, show, replay")
     sp.add_argument("action", choices=["list", "show", "replay"])
@@ -472,10 +627,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("export", help="write a memory's nodes as JSON lines")
     sp.add_argument("-n", "--namespace", action="append", help="only these namespaces (repeatable)")
     sp.add_argument("-o", "--output", help="a file; default standard output")
+    progress.add_flag(sp)
     sp.set_defaults(func=cmd_export)
 
     sp = sub.add_parser("import", help="load an export (idempotent)")
     sp.add_argument("file", help="an export file; - reads standard input")
+    progress.add_flag(sp)
     sp.set_defaults(func=cmd_import)
 
     sp = sub.add_parser("up", help="start Redis, workers and the retrieval side in the background")
@@ -502,6 +659,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     debug = args.debug or args.log_level == "DEBUG"
     try:
+        if args.command != "worker":  # a worker's pool children set up their own, after the fork
+            from evomem.ops import tracing
+
+            tracing.configure(Settings())
         code: int = args.func(args)
     except BaseException as exc:  # every error leaves as one line; --debug shows its traceback
         if isinstance(exc, SystemExit):

@@ -9,8 +9,9 @@ applied marker, so it changes nothing twice and costs no second controller call.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from evomem import controllers, duplicates
@@ -25,6 +26,7 @@ from evomem.editing import (
 )
 from evomem.errors import InvalidEventError, TransientError
 from evomem.logs import get_logger
+from evomem.ops import tracing
 from evomem.ports import ApplyResult, EventKey, GraphStore, StoredDecision
 from evomem.settings import Settings
 from evomem.stream import Entry, EventStream, reason_of
@@ -43,6 +45,7 @@ class ConsolidationReport:
     deferred: int = 0
     operations: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
+    decisions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (operation, outcome)
 
     def merge(self, other: ConsolidationReport) -> None:
         self.events += other.events
@@ -52,6 +55,7 @@ class ConsolidationReport:
         self.deferred += other.deferred
         self.operations.update(other.operations)
         self.outcomes.update(other.outcomes)
+        self.decisions.update(other.decisions)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -90,12 +94,15 @@ class Consolidator:
         controller: Controller,
         settings: Settings,
         max_deliveries: int = 5,
+        resolve: Callable[[str], Settings] | None = None,
     ) -> None:
         self.graph = graph
         self.stream = stream
         self.controller = controller
         self.settings = settings
         self.max_deliveries = max_deliveries
+        # a namespace's effective settings: its own archive policy and ratio over the global ones
+        self.resolve = resolve or (lambda _namespace: settings)
 
     def process(self, entries: Sequence[Entry]) -> ConsolidationReport:
         """Consolidate one batch in a handful of round trips, whatever its size. If the batch as a
@@ -117,6 +124,7 @@ class Consolidator:
         return total
 
     def _process(self, entries: Sequence[Entry]) -> ConsolidationReport:
+        started_ns = time.time_ns()
         report = ConsolidationReport(events=len(entries))
         work = self._prepare([e for e in entries if self._deliverable(e, report)], report)
         work = self._validate_ids(work, report)
@@ -133,12 +141,12 @@ class Consolidator:
                 twins=w.twins,
                 bands=w.bands,
                 allowed_operations=self.settings.allowed_operations,
-                archive_policy=self.settings.archive_policy,
-                archive_ratio=self.settings.archive_ratio,
-                archive_min=self.settings.archive_min,
+                archive_policy=s.archive_policy,
+                archive_ratio=s.archive_ratio,
+                archive_min=s.archive_min,
                 at=utcnow(),
             )
-            for w in work
+            for w, s in ((w, self.resolve(w.event.namespace)) for w in work)
             if w.decision is not None
         ]
         results = self.graph.apply_many(plans)  # a TransientError leaves the whole batch pending
@@ -149,6 +157,7 @@ class Consolidator:
                 continue
             done.append(w.entry.id)
             self._count(plan, result, report)
+            tracing.consolidated(w.event, w.entry, result, started_ns)
         self.stream.ack(done)
         return report
 
@@ -348,6 +357,7 @@ class Consolidator:
         for o in result.outcomes:
             report.operations[o.op] += 1
             report.outcomes[o.outcome] += 1
+            report.decisions[(o.op, o.outcome)] += 1
 
 
 __all__ = ["ConsolidationReport", "Consolidator"]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from evomem.memory import Memory
+from evomem.ops.progress import Progress, add_flag, wanted
 from evomem.ports import EditRecord
 from evomem.settings import ArchivePolicy, OperationsMode, Settings
 from schemas import InsightNode
@@ -462,13 +463,19 @@ def simulate(
             f"consolidation every {args.batch} tasks; memories under {root}"
         )
         rates: dict[str, list[float]] = {a.name: [] for a in arms}
+        show = wanted(getattr(args, "progress", None)) and not args.quiet
         for ph in range(phases):
-            for start in range(bounds[ph], bounds[ph + 1], args.batch):
-                batch = tasks[start : min(start + args.batch, bounds[ph + 1])]
-                for arm in arms:  # the same tasks and draws for each arm, batch by batch
-                    for task in batch:
-                        run_task(arm, task, args.agents, args.seed)
-                    consolidate(arm)
+            label = f"phase {ph + 1}/{phases}: tasks × memories"
+            with Progress(
+                None, label, (bounds[ph + 1] - bounds[ph]) * len(arms), show, transient=True
+            ) as bar:
+                for start in range(bounds[ph], bounds[ph + 1], args.batch):
+                    batch = tasks[start : min(start + args.batch, bounds[ph + 1])]
+                    for arm in arms:  # the same tasks and draws for each arm, batch by batch
+                        for task in batch:
+                            run_task(arm, task, args.agents, args.seed)
+                        consolidate(arm)
+                        bar.advance(len(batch))
             for arm in arms:
                 rates[arm.name].append(rate(arm.outcomes[bounds[ph] : bounds[ph + 1]]))
             nodes = all_insights(maintained)
@@ -566,6 +573,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the local server's delay per request with --llm (default 50)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines or stories, just the table")
+    add_flag(parser)
 
 
 def run(args: argparse.Namespace) -> int:

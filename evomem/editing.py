@@ -109,9 +109,10 @@ def revised_insight_id(namespace: str, event_id: str, old_id: str) -> str:
 
 
 def event_digest(event: TaskEvent) -> str:
-    """What makes an event the event it is: everything but the time it was stamped with, so a client
-    that retries with a fresh ``occurred_at`` still reports the same event."""
-    doc = event.model_dump(mode="json", exclude={"occurred_at"})
+    """What makes an event the event it is: everything but the time it was stamped with and the trace
+    it was reported in, so a client that retries with a fresh ``occurred_at`` (or in a new span) still
+    reports the same event."""
+    doc = event.model_dump(mode="json", exclude={"occurred_at", "trace_context"})
     raw = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.blake2b(raw.encode(), digest_size=16).hexdigest()
 

@@ -157,6 +157,15 @@ def quota(namespace: str, window: int, kind: str) -> str:
     return _key(namespace, "quota", f"{window}:{kind}")
 
 
+def namespace_settings(namespace: str) -> str:
+    """Hash: the settings this namespace overrides (field -> JSON value); see ``evomem.tenancy``."""
+    return _key(namespace, "settings")
+
+
+NAMESPACES_WITH_SETTINGS = f"{PREFIX}:settings:namespaces"  # set: namespaces that override a setting
+TOKENS = f"{PREFIX}:tokens"  # hash: sha256 of an API token -> its record (JSON); the token is never kept
+
+
 def projector_cursor(index_identity: str) -> str:
     return f"{PREFIX}:projector:{index_identity}"
 

@@ -67,8 +67,15 @@ def up(settings: Settings, workers: int, serve: bool = True) -> list[str]:
         if name in running:
             lines.append(f"{name:<9} already running (pid {running[name]})")
             continue
-        pid = _spawn(name, [*exe, "worker"], run, logs)
-        lines.append(f"{name:<9} pid {pid}, log {logs / (name + '.log')}")
+        argv = [*exe, "worker"]
+        metrics = ""
+        if settings.worker_metrics_port is not None:
+            # one port each: worker i serves /metrics on WORKER_METRICS_PORT + i (0: any free port)
+            port = settings.worker_metrics_port + i if settings.worker_metrics_port else 0
+            argv += ["--metrics-port", str(port)]
+            metrics = f", metrics on port {port}" if port else ", metrics on a free port (in its log)"
+        pid = _spawn(name, argv, run, logs)
+        lines.append(f"{name:<9} pid {pid}, log {logs / (name + '.log')}{metrics}")
     if serve and "retrieval" not in running:
         pid = _spawn("retrieval", [*exe, "serve"], run, logs)
         lines.append(

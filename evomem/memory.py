@@ -30,6 +30,7 @@ from evomem.errors import (
 )
 from evomem.index.edge import EdgeIndex
 from evomem.logs import get_logger
+from evomem.ops import tracing
 from evomem.ports import EditRecord, VectorIndex
 from evomem.projector import FollowerState, Projector
 from evomem.quotas import Quotas
@@ -38,6 +39,7 @@ from evomem.retriever import Retrieval, Retriever
 from evomem.settings import Settings
 from evomem.stores.redis_graph import RedisGraphStore
 from evomem.stream import EventStream, _id_key, reason_of
+from evomem.tenancy.overrides import NamespaceSettings
 from schemas import InsightNode, TaskEvent
 from schemas.models import MAX_QUERY_CHARS, Namespace
 
@@ -130,14 +132,22 @@ class Memory:
         self.index = index
         self.embedder = make_embedder(settings)
         self.controller = make_controller(settings, client)
-        self._retriever = Retriever(self.graph, index, self.embedder, settings) if index else None
+        self.namespace_settings = NamespaceSettings(client, settings)  # per-namespace overrides
+        self._retriever = (
+            Retriever(self.graph, index, self.embedder, settings, self.namespace_settings) if index else None
+        )
         self.projector = (
             Projector(self.graph, index, self.embedder, client, link_k=settings.top_k) if index else None
         )
         self._follower: threading.Thread | None = None
         self._stop = threading.Event()
         self.consolidator = Consolidator(
-            self.graph, self.stream, self.controller, settings, max_deliveries=settings.max_deliveries
+            self.graph,
+            self.stream,
+            self.controller,
+            settings,
+            max_deliveries=settings.max_deliveries,
+            resolve=self.namespace_settings,
         )
         self.consumer = settings.consumer_name or f"{socket.gethostname()}-{os.getpid()}"
         self._closed = False
@@ -272,7 +282,8 @@ class Memory:
             self.quotas.charge_event(event.namespace, len(event.model_dump_json()))
             if self._retriever is not None:
                 self._retriever.flush()  # the retrieval record this report refers to is written first
-            self.stream.publish(event)
+            with tracing.reporting(event) as traced:  # the trace context travels in the event
+                self.stream.publish(traced)
         return str(event.event_id)
 
     def consolidate(self, max_events: int | None = None) -> ConsolidationReport:

@@ -19,6 +19,7 @@ from evomem.errors import (
     QuotaExceededError,
     TransientError,
 )
+from evomem.ops import tracing
 from evomem.retrieval import ScoredInsight
 from evomem.retriever import Retrieval
 from evomem.settings import Settings
@@ -126,7 +127,8 @@ class RemoteMemory:
             if isinstance(retrieval, TaskEvent)
             else build_event(retrieval, status, namespace, query, fields)
         )
-        return str(self._call("POST", "/v1/events", event.model_dump_json())["event_id"])
+        with tracing.reporting(event) as traced:  # the service publishes the context with the event
+            return str(self._call("POST", "/v1/events", traced.model_dump_json())["event_id"])
 
     def consolidate(self, max_events: int | None = None) -> ConsolidationReport:
         """Consolidation runs in the service's workers; nothing to do from a client."""

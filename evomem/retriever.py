@@ -9,6 +9,7 @@ insights those name (active ones only), however much evidence each insight has g
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -41,11 +42,20 @@ class Retrieval:
 
 
 class Retriever:
-    def __init__(self, graph: GraphStore, index: VectorIndex, embedder: Embedder, settings: Settings) -> None:
+    def __init__(
+        self,
+        graph: GraphStore,
+        index: VectorIndex,
+        embedder: Embedder,
+        settings: Settings,
+        resolve: Callable[[str], Settings] | None = None,
+    ) -> None:
         self.graph = graph
         self.index = index
         self.embedder = embedder
         self.settings = settings
+        # a namespace's effective settings (its own λ, budget, scoring, k, hops over the global ones)
+        self.resolve = resolve or (lambda _namespace: settings)
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
         self._pending: list[Future[None]] = []
 
@@ -63,7 +73,7 @@ class Retriever:
         hops: int | None = None,
         record: bool = True,
     ) -> Retrieval:
-        s = self.settings
+        s = self.resolve(namespace)
         vector = self.embedder.embed([query])[0]
         hits = self.index.search_queries(vector, namespace, top_k or s.top_k)  # Eq. 2
         expansion = expand_neighbours(

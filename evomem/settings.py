@@ -119,6 +119,21 @@ class Settings(BaseSettings):
         1000, ge=1, description="open connections past which the service answers 503 at once"
     )
 
+    tenancy_cache_s: float = Field(
+        2.0,
+        ge=0.0,
+        description="how long a process keeps per-namespace settings and run-time tokens it has read",
+    )
+
+    # The MCP server (`evomem mcp`).
+    mcp_namespace: str | None = Field(
+        None, description="the namespace the MCP server's tools use when a call names none; binds stdio to it"
+    )
+    mcp_port: int = Field(8766, ge=0, le=65535, description="port of `evomem mcp --http`")
+    mcp_consolidate: bool = Field(
+        True, description="on the local stores, the MCP server consolidates reported events itself"
+    )
+
     # Per-namespace quotas, counted in Redis over one-minute windows; 0: no limit. Past one, the
     # service answers 429 with Retry-After and the SDK raises QuotaExceededError.
     quota_events_per_minute: int = Field(60_000, ge=0, description="events one namespace may report a minute")
@@ -139,6 +154,13 @@ class Settings(BaseSettings):
     visibility_timeout_s: int = Field(600, ge=1, description="Celery broker visibility timeout")
     worker_concurrency: int = Field(2, ge=1, description="processes per `evomem worker`")
     pump_interval_s: float = Field(0.2, gt=0, description="how often a worker checks the stream for work")
+    otel_exporter: Literal["none", "console", "otlp"] = Field(
+        "none", description="OpenTelemetry exporter of evomem's own processes (needs the otel extra)"
+    )
+    otel_service_name: str = Field("evomem", description="service.name of those processes' spans")
+    worker_metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="where each `evomem worker` serves /metrics; unset: nowhere"
+    )
 
     @model_validator(mode="after")
     def _timeouts_in_order(self) -> Settings:

@@ -14,10 +14,12 @@ import time
 from evomem.consolidation import ConsolidationReport, Consolidator
 from evomem.controllers import make_controller
 from evomem.logs import get_logger
+from evomem.ops.worker_metrics import worker_metrics
 from evomem.redis_server import Client, EmbeddedRedis, connect
 from evomem.settings import Settings
 from evomem.stores.redis_graph import RedisGraphStore
 from evomem.stream import EventStream
+from evomem.tenancy.overrides import NamespaceSettings
 
 log = get_logger("evomem.worker")
 
@@ -45,6 +47,7 @@ class ConsolidationWorker:
             make_controller(settings, client),
             settings,
             max_deliveries=settings.max_deliveries,
+            resolve=NamespaceSettings(client, settings),
         )
         self.consumer = consumer or settings.consumer_name or default_consumer()
 
@@ -64,7 +67,9 @@ class ConsolidationWorker:
             )
         if not entries:
             return ConsolidationReport()
+        t0 = time.perf_counter()
         report = self.consolidator.process(entries)
+        worker_metrics().observe(report, time.perf_counter() - t0)
         log.info(
             "batch.consolidated",
             consumer=self.consumer,

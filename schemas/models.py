@@ -65,6 +65,18 @@ class PartialVerdict(_Strict):
 
 
 Verdict = Literal["helpful", "harmful"] | PartialVerdict
+
+
+class TraceContext(_Strict):
+    """W3C trace context of the span that reported the event, so the consolidation that applies it
+    continues the same trace (optional; what OpenTelemetry's propagator writes)."""
+
+    traceparent: Annotated[
+        str, StringConstraints(pattern=r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+    ]
+    tracestate: Annotated[str, StringConstraints(max_length=512)] | None = None
+
+
 TrajectoryStep = Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)] | dict[str, Any]
 
 
@@ -93,6 +105,8 @@ class TaskEvent(_Strict):
     agent_id: Annotated[str, StringConstraints(max_length=128)] | None = None
     occurred_at: datetime = Field(default_factory=utcnow)
     schema_version: Literal[1] = SCHEMA_VERSION
+    # left out of the document when absent: an event without one is byte for byte what it was
+    trace_context: TraceContext | None = Field(None, exclude_if=lambda v: v is None)
 
     @field_validator("trajectory")
     @classmethod
@@ -105,6 +119,14 @@ class TaskEvent(_Strict):
         if size > MAX_TRAJECTORY_BYTES:
             raise ValueError(f"trajectory is {size} bytes; at most {MAX_TRAJECTORY_BYTES} are accepted")
         return steps
+
+    @field_validator("occurred_at", mode="before")
+    @classmethod
+    def _date_time_text(cls, value: Any) -> Any:
+        # the JSON Schema says an RFC 3339 string; pydantic alone would also take a number as Unix time
+        if isinstance(value, int | float):
+            raise ValueError("occurred_at must be an RFC 3339 date-time string")
+        return value
 
     @field_validator("retrieved_insight_ids")
     @classmethod
@@ -206,6 +228,7 @@ __all__ = [
     "QueryNode",
     "TaskEvent",
     "TaskStatus",
+    "TraceContext",
     "Verdict",
     "utcnow",
 ]

@@ -45,6 +45,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_soft_shutdown_timeout": 15.0,
         "worker_enable_soft_shutdown_on_idle": True,
         "worker_hijack_root_logger": False,
+        # task events (a few small messages per batch task) from the start, so Flower sees every
+        # task, not only those after it first asks the workers to send them
+        "worker_send_task_events": True,
         "task_default_queue": QUEUE,
         "task_serializer": "json",
         "accept_content": ["json"],

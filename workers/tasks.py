@@ -6,6 +6,7 @@ from typing import Any
 
 from celery import signals
 
+from evomem.ops import tracing
 from evomem.worker import ConsolidationWorker
 from workers.app import app, settings_of
 
@@ -24,10 +25,14 @@ def process_worker() -> ConsolidationWorker:
 def _fresh_after_fork(**_: Any) -> None:
     global _worker
     _worker = None
+    tracing.configure(settings_of(app))  # a span exporter's thread does not survive the fork
 
 
 @app.task(name="evomem.consolidate")
 def consolidate() -> dict[str, object]:
     """Drain the event stream for a while: reclaim, read, decide, apply, ack."""
     settings = settings_of(app)
-    return process_worker().drain(budget_s=settings.batch_time_limit_s / 2).as_dict()
+    try:
+        return process_worker().drain(budget_s=settings.batch_time_limit_s / 2).as_dict()
+    finally:
+        tracing.flush()

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from evomem.errors import ConfigError, EvomemError
+
+if TYPE_CHECKING:
+    from evomem.tenancy.tokens import TokenStore
 
 ALL = "*"
 
@@ -39,10 +43,14 @@ OPEN = Principal("open", frozenset({ALL}))
 
 
 class TokenAuth:
-    """Parses ``TOKEN=ns1,ns2;TOKEN2=*``. With no tokens configured the service is open (and only
-    listens on loopback, which ``evomem serve`` enforces)."""
+    """Parses ``TOKEN=ns1,ns2;TOKEN2=*`` and, once a ``TokenStore`` is attached, also knows the
+    tokens made at run time (``evomem tokens``). With no token at all the service is open (and only
+    listens on loopback, which ``evomem serve`` enforces); as soon as a run-time token exists it is
+    not, and stays so for the life of the process: revoking every token locks everybody out rather
+    than opening the service."""
 
-    def __init__(self, spec: str | None) -> None:
+    def __init__(self, spec: str | None, store: TokenStore | None = None) -> None:
+        self.store = store
         self.tokens: list[tuple[bytes, Principal]] = []
         for n, part in enumerate(p for p in (spec or "").split(";") if p.strip()):
             token, sep, names = part.strip().partition("=")
@@ -50,10 +58,16 @@ class TokenAuth:
             if not sep or not token or not namespaces:
                 raise ConfigError(f"EVOMEM_TOKENS entry {n + 1} is not TOKEN=namespace[,namespace]")
             self.tokens.append((token.encode(), Principal(f"token-{n + 1}", namespaces)))
+        self._on = bool(self.tokens)
+
+    def attach(self, store: TokenStore) -> None:
+        self.store = store
 
     @property
     def enabled(self) -> bool:
-        return bool(self.tokens)
+        if not self._on and self.store is not None and self.store.any():
+            self._on = True
+        return self._on
 
     def authenticate(self, header: str | None) -> Principal:
         if not self.enabled:
@@ -66,6 +80,10 @@ class TokenAuth:
         for token, principal in self.tokens:  # compare with every token, in constant time each
             if hmac.compare_digest(token, offered):
                 found = principal
+        if found is None and self.store is not None:
+            record = self.store.lookup(offered.decode("utf-8", "replace"))
+            if record is not None:
+                found = Principal(record.id, frozenset(record.namespaces))
         if found is None:
             raise Unauthorized("unknown token")
         return found

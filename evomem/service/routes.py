@@ -85,7 +85,6 @@ class Api:
         self.service = service
         self.max_body = settings.http_max_body_bytes
         self.body_timeout_s = settings.http_idle_timeout_s
-        self.open_mode = not service.auth.enabled
         self.hooks: list[RequestHook] = []  # e.g. the HTTP benchmark's stage timings
         self._openapi = json.dumps(openapi()).encode()
         work: dict[str, Work] = {
@@ -172,7 +171,7 @@ class Api:
 
     # -- guards --------------------------------------------------------------------------------------
     def _guard(self, request: Request, spec: RouteSpec) -> None:
-        if self.open_mode:
+        if not self.service.auth.enabled:
             # Without tokens any page in the developer's browser could post here (a "simple" CORS
             # request) or, through DNS rebinding, read the answers: only loopback hosts and origins.
             host = _hostname(request.headers.get("host", ""))

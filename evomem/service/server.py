@@ -23,6 +23,7 @@ from evomem.service.app import RetrievalService
 from evomem.service.auth import TokenAuth
 from evomem.service.routes import Api, create_app
 from evomem.settings import Settings
+from evomem.tenancy.tokens import TokenStore
 
 log = get_logger("evomem.service")
 
@@ -157,11 +158,6 @@ def bind(host: str, port: int) -> socket.socket:
 
 def build_server(settings: Settings, memory: Memory | None = None) -> EvomemHTTPServer:
     auth = TokenAuth(settings.tokens.get_secret_value() if settings.tokens else None)
-    if not auth.enabled and settings.http_host not in ("127.0.0.1", "localhost", "::1"):
-        raise ConfigError(
-            "without EVOMEM_TOKENS the service only listens on loopback; set tokens to bind "
-            f"{settings.http_host}"
-        )
     sock = bind(settings.http_host, settings.http_port)  # first: a port in use opens nothing
     try:
         memory = memory or Memory.open_local(settings)
@@ -169,6 +165,12 @@ def build_server(settings: Settings, memory: Memory | None = None) -> EvomemHTTP
         sock.close()
         raise
     try:
+        auth.attach(TokenStore(memory.redis, settings.tenancy_cache_s))  # run-time tokens
+        if not auth.enabled and settings.http_host not in ("127.0.0.1", "localhost", "::1"):
+            raise ConfigError(
+                "without EVOMEM_TOKENS (or a token made with `evomem tokens create`) the service only "
+                f"listens on loopback; set tokens to bind {settings.http_host}"
+            )
         memory.follow()
         return EvomemHTTPServer(sock, RetrievalService(memory, auth), settings)
     except BaseException:

@@ -1,0 +1,281 @@
+"""What the MCP tools do, apart from MCP: retrieve, report and inspect for one principal, against the
+local stores (``Memory``) or a retrieval service (``RemoteMemory``). No MCP import here, so the
+tools' behaviour is plain, typed code."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from evomem.errors import EvomemError, InvalidEventError, NotFoundError
+from evomem.memory import Memory, check_namespace
+from evomem.remote import RemoteMemory
+from evomem.retriever import Retrieval
+from evomem.service.auth import Forbidden, Principal
+from schemas.models import MAX_INSIGHT_CHARS
+
+#: Retrievals this process served, remembered so a report may name only the retrieval id.
+SERVED_MEMORY = 10_000
+EVIDENCE_SHOWN = 20
+
+
+class ServedInsightOut(BaseModel):
+    id: str
+    text: str
+    score: float = Field(description="support minus the weighted conflict penalty")
+    support: int
+    conflict: int
+
+
+class RetrieveOut(BaseModel):
+    retrieval_id: str = Field(description="pass it to report_outcome")
+    namespace: str
+    prompt: str = Field(description="the insights rendered for a prompt, each with its id")
+    insights: list[ServedInsightOut]
+
+
+class VerdictIn(BaseModel):
+    """One served insight judged by the agent."""
+
+    insight_id: str = Field(min_length=1, max_length=128)
+    verdict: Literal["helpful", "harmful", "partial"] = Field(
+        description="helpful: keep it; harmful: it misled the task; partial: right in part, reword it"
+    )
+    revised_text: str | None = Field(
+        None, max_length=MAX_INSIGHT_CHARS, description="the reworded insight; required with partial"
+    )
+
+
+class ReportOut(BaseModel):
+    event_id: str
+    namespace: str
+    status: str = Field(description="accepted: it is consolidated in the background")
+
+
+class LineageStep(BaseModel):
+    id: str
+    text: str
+    state: str
+    version: int
+
+
+class EditOut(BaseModel):
+    op: str
+    outcome: str
+    decided_by: str
+    at: str
+    event_id: str
+    new_id: str | None = None
+
+
+class InsightOut(BaseModel):
+    id: str
+    namespace: str
+    text: str
+    state: str
+    version: int
+    helped: int = Field(description="|Ω⁺|: past queries it helped")
+    harmed: int = Field(description="|Ω⁻|: past queries it harmed")
+    helped_queries: list[str] = Field(description="some of them (their text where known)")
+    harmed_queries: list[str]
+    lineage: list[LineageStep] = Field(description="the revision chain, oldest first")
+    history: list[EditOut] = Field(description="the edits applied to it, oldest first")
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    namespace: str
+    query: str
+    insight_ids: tuple[str, ...]
+
+
+class Backend:
+    """The three tools' work for a principal. Thread-safe: MCP runs synchronous tools in threads."""
+
+    def __init__(self, memory: Memory | RemoteMemory, default_namespace: str = "default") -> None:
+        self.memory = memory
+        self.default_namespace = default_namespace
+        self._served: OrderedDict[str, _Served] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def remote(self) -> bool:
+        return isinstance(self.memory, RemoteMemory)
+
+    def namespace_for(self, principal: Principal, namespace: str | None) -> str:
+        """The namespace a call acts on: the one named, else the principal's only one, else the default."""
+        if namespace is None:
+            only = sorted(principal.namespaces)
+            namespace = only[0] if len(only) == 1 and not principal.admin else self.default_namespace
+        namespace = check_namespace(namespace)
+        principal.check(namespace)
+        return namespace
+
+    # -- the tools -------------------------------------------------------------------------------
+    def retrieve(
+        self, principal: Principal, query: str, namespace: str | None = None, budget: int | None = None
+    ) -> RetrieveOut:
+        ns = self.namespace_for(principal, namespace)
+        r = self.memory.retrieve(query, ns, budget=budget)
+        self._remember(r)
+        return RetrieveOut(
+            retrieval_id=r.id,
+            namespace=r.namespace,
+            prompt=render(r),
+            insights=[
+                ServedInsightOut(id=i.id, text=i.text, score=i.score, support=i.support, conflict=i.conflict)
+                for i in r.insights
+            ],
+        )
+
+    def report(
+        self,
+        principal: Principal,
+        status: str,
+        *,
+        retrieval_id: str | None = None,
+        query: str | None = None,
+        namespace: str | None = None,
+        verdicts: list[VerdictIn] | None = None,
+        proposed_insight: str | None = None,
+        final_answer: str | None = None,
+        feedback: str | None = None,
+        trajectory: list[str] | None = None,
+    ) -> ReportOut:
+        served = self._recall(retrieval_id) if retrieval_id else None
+        if served is not None and namespace is None:
+            namespace = served.namespace
+        ns = self.namespace_for(principal, namespace)
+        if served is not None and served.namespace != ns:
+            served = None  # a retrieval of another namespace: never lend its query or its ids
+        query = query or (served.query if served else None)
+        if not query:
+            raise InvalidEventError("query", "required unless retrieval_id names a retrieval of this server")
+        fields: dict[str, Any] = {
+            "retrieval_id": retrieval_id,
+            "retrieved_insight_ids": list(served.insight_ids) if served else None,
+            "insight_feedback": feedback_of(verdicts or []) or None,
+            "proposed_insight": proposed_insight,
+            "final_answer": final_answer,
+            "feedback": feedback,
+            "trajectory": trajectory or None,
+            "agent_id": f"mcp:{principal.name}"[:128],  # who reported, for the audit trail
+        }
+        event_id = self.memory.report(None, status=status, namespace=ns, query=query, **fields)
+        return ReportOut(event_id=event_id, namespace=ns, status="accepted")
+
+    def inspect(self, principal: Principal, insight_id: str) -> InsightOut:
+        missing = NotFoundError(f"no insight {insight_id!r}")
+        try:
+            view = self.memory.insight(insight_id)
+        except NotFoundError:
+            raise missing from None
+        node = view.node
+        if not principal.may(node.namespace):  # another tenant's insight does not exist for this caller
+            raise missing
+        helped, harmed = sorted(node.positive), sorted(node.negative)
+        texts = self._query_texts(node.namespace, [*helped[:EVIDENCE_SHOWN], *harmed[:EVIDENCE_SHOWN]])
+        return InsightOut(
+            id=node.id,
+            namespace=node.namespace,
+            text=node.text,
+            state=node.state,
+            version=node.version,
+            helped=len(helped),
+            harmed=len(harmed),
+            helped_queries=[texts.get(q, q) for q in helped[:EVIDENCE_SHOWN]],
+            harmed_queries=[texts.get(q, q) for q in harmed[:EVIDENCE_SHOWN]],
+            lineage=self._lineage(insight_id, list(view.lineage)),
+            history=[_edit(h) for h in view.history],
+        )
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _lineage(self, insight_id: str, chain: list[str]) -> list[LineageStep]:
+        if isinstance(self.memory, RemoteMemory):
+            return [LineageStep.model_validate(step) for step in self.memory.lineage(insight_id)]
+        nodes = self.memory.graph.insights(chain)
+        return [
+            LineageStep(id=n.id, text=n.text, state=n.state, version=n.version)
+            for n in (nodes[i] for i in chain if i in nodes)
+        ]
+
+    def _query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:
+        if isinstance(self.memory, RemoteMemory) or not ids:
+            return {}  # the HTTP API shows query ids only
+        return {q: node.text for q, node in self.memory.graph.queries(namespace, ids).items()}
+
+    def _remember(self, r: Retrieval) -> None:
+        with self._lock:
+            self._served[r.id] = _Served(r.namespace, r.query, tuple(i.id for i in r.insights))
+            while len(self._served) > SERVED_MEMORY:
+                self._served.popitem(last=False)
+
+    def _recall(self, retrieval_id: str) -> _Served | None:
+        with self._lock:
+            return self._served.get(retrieval_id)
+
+    def on_report(self) -> None:
+        """Called after each report; a local backend consolidates then (``LocalBackend``)."""
+
+    def close(self) -> None:
+        self.memory.close()
+
+
+def render(r: Retrieval) -> str:
+    """The prompt block of a retrieval, each insight with the id a verdict names it by."""
+    if not r.insights:
+        return "No insight from similar past tasks yet."
+    lines = ["Insights from similar past tasks (most reliable first):"]
+    lines += [f"{n}. [{i.id}] {i.text}" for n, i in enumerate(r.insights, 1)]
+    lines.append(f"(retrieval {r.id}: report the outcome with it, judging the insights by their ids)")
+    return "\n".join(lines)
+
+
+def feedback_of(verdicts: list[VerdictIn]) -> dict[str, Any]:
+    """The event's ``insight_feedback`` from the tool's verdict list."""
+    out: dict[str, Any] = {}
+    for v in verdicts:
+        if v.verdict == "partial":
+            if not v.revised_text or not v.revised_text.strip():
+                raise InvalidEventError("verdicts", f"a partial verdict on {v.insight_id} needs revised_text")
+            out[v.insight_id] = {"verdict": "partial", "revised_text": v.revised_text}
+        else:
+            out[v.insight_id] = v.verdict
+    return out
+
+
+def _edit(h: Any) -> EditOut:
+    get = h.get if isinstance(h, dict) else lambda k: getattr(h, k)
+    return EditOut(
+        op=get("op"),
+        outcome=get("outcome"),
+        decided_by=get("decided_by"),
+        at=get("at"),
+        event_id=get("event_id"),
+        new_id=get("new_id"),
+    )
+
+
+def describe(exc: BaseException) -> str:
+    """What a tool's caller is told about an error: the SDK's message for ours, nothing internal else."""
+    if isinstance(exc, InvalidEventError):
+        return f"invalid {exc.field}: {exc.message}"
+    if isinstance(exc, Forbidden | EvomemError):
+        return str(exc)
+    return "internal error"
+
+
+__all__ = [
+    "Backend",
+    "InsightOut",
+    "ReportOut",
+    "RetrieveOut",
+    "VerdictIn",
+    "describe",
+    "feedback_of",
+    "render",
+]

@@ -1,0 +1,1 @@
+"""Operations that show themselves: worker metrics, traces through the stream, progress bars."""
