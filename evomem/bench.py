@@ -568,7 +568,13 @@ def stage_breakdown(mem: Memory, tasks: Sequence[tuple[str, str]]) -> dict[str, 
         candidates = candidates_from_queries(supports, {q: h.harms for q, h in evidence.items()}, serving)
         t5 = clock()
         ranked = rank_insights(
-            candidates, expansion.expanded, s.lambda_, s.budget, weights=expansion.weights, scoring=s.scoring
+            candidates,
+            expansion.expanded,
+            s.lambda_,
+            s.budget,
+            weights=expansion.weights,
+            scoring=s.scoring,
+            power=s.similarity_power,
         )
         t6 = clock()
         rid = str(uuid.uuid4())

@@ -9,12 +9,14 @@ it can only touch the insights retrieved for that event.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from evomem import duplicates
 from evomem.editing import text_key
+from evomem.embedding import SparseVec
 from evomem.errors import ConfigError
 from evomem.ports import InsightHead
 from schemas import AddDecision, ControllerDecision, InsightEdit, PartialVerdict, TaskEvent
@@ -61,45 +63,44 @@ class Controller(Protocol):
 
 
 class RuleController:
-    """Offline judgement from the outcome alone: a resolved task keeps the insights it was given
-    reason to credit, a failed task counts them as harmful (ARCHIVE, which the evidence policy turns
-    into negative evidence until enough accumulates). ADD takes the agent's ``proposed_insight``
-    unless it repeats a retrieved one.
+    """Offline judgement from the outcome alone: a resolved task keeps the insights it gives reason to
+    credit, a failed task records them as negative evidence (inferred: it ranks, and never archives).
+    ADD takes the agent's ``proposed_insight`` unless it repeats a retrieved one.
 
-    Which insights: with ``credit="relevant"`` (the default) only those relevant to the task — served
-    through a past query at least ``relevance`` similar to this one, or, for an insight the event
-    names without a retrieval record, whose text is that similar to the task's query. The others get
-    no edit and no evidence: an insight served on a weak resemblance is not what made the task
-    succeed or fail, and crediting it anyway lets whatever was served first gather evidence from
-    unrelated tasks until it wins every ranking. ``credit="all"`` credits or blames every one.
+    Which insights: with ``credit="relevant"`` (the default) only those relevant to the task, at
+    least ``relevance`` similar by either of two measures: the similarity of the past query through
+    which the insight was served (from the retrieval record), or its own text against the task's —
+    the query, the final answer, the feedback and each trajectory step, so an insight the agent says
+    it applied counts. The others get no edit and no evidence: an insight served on a weak
+    resemblance is not what made the task succeed or fail, and crediting it anyway lets whatever was
+    served first gather evidence from unrelated tasks until it wins every ranking. ``credit="all"``
+    credits or blames every one.
     """
 
     name = "rules"
     judges_additions = False
 
-    def __init__(self, credit: Literal["relevant", "all"] = "relevant", relevance: float = 0.5) -> None:
+    def __init__(self, credit: Literal["relevant", "all"] = "relevant", relevance: float = 0.7) -> None:
         self.credit = credit
         self.relevance = relevance
 
     def decide(self, inputs: Sequence[DecisionInput]) -> list[ControllerDecision]:
         return [self._decide(i) for i in inputs]
 
-    def relevant(self, inp: DecisionInput, insight: InsightHead) -> bool:
-        if self.credit == "all":
+    def relevant(self, inp: DecisionInput, insight: InsightHead, task: Sequence[SparseVec]) -> bool:
+        if self.credit == "all" or inp.relevance.get(insight.id, 0.0) >= self.relevance:
             return True
-        similarity = inp.relevance.get(insight.id)
-        if similarity is None:
-            task = duplicates.vector(inp.event.query)
-            similarity = duplicates.similarity(duplicates.vector(insight.text), task)
-        return similarity >= self.relevance
+        text = duplicates.vector(insight.text)
+        return any(duplicates.similarity(text, piece) >= self.relevance for piece in task)
 
     def _decide(self, inp: DecisionInput) -> ControllerDecision:
         op = "KEEP" if inp.event.status == "resolved" else "ARCHIVE"
+        task = task_pieces(inp.event) if self.credit == "relevant" and inp.retrieved else []
         edits = [
             # an outcome alone is evidence, never grounds to archive: that needs a judge
             InsightEdit(insight_id=n.id, operation=op, decided_by=self.name, inferred=True)
             for n in inp.retrieved
-            if self.relevant(inp, n)
+            if self.relevant(inp, n, task)
         ]
         proposed = inp.event.proposed_insight
         seen = {text_key(n.text) for n in inp.retrieved}
@@ -107,6 +108,19 @@ class RuleController:
         if proposed and text_key(proposed) not in seen:
             add = AddDecision(decision=True, new_insight_text=proposed, decided_by=self.name)
         return ControllerDecision(insight_edits=edits, add_new_insight=add)
+
+
+#: Trajectory steps looked at, at most, when the rule controller reads what an agent did.
+TASK_PIECES = 64
+
+
+def task_pieces(event: TaskEvent) -> list[SparseVec]:
+    """The task as the rule controller reads it: its query, final answer, feedback and trajectory
+    steps (objects as their JSON), each embedded on its own."""
+    texts = [event.query, event.final_answer or "", event.feedback or ""]
+    for step in event.trajectory[:TASK_PIECES]:
+        texts.append(step if isinstance(step, str) else json.dumps(step, default=str))
+    return [v for v in (duplicates.vector(t) for t in texts if t) if v]
 
 
 def explicit_edits(event: TaskEvent) -> list[InsightEdit]:

@@ -163,12 +163,15 @@ def rank_insights(
     *,
     weights: Mapping[str, float] | None = None,
     scoring: Scoring = "count",
+    power: float = 1.0,
 ) -> list[ScoredInsight]:
     """Top-B of the active candidates supported in Q̃ˢ (Eq. 7 and 10).
 
     Only r > 0 is served: an insight whose conflict outweighs its support here is held back, so B
     is a maximum. Ties go to the more similar best supporting query (with ``weights``), then to more
-    support, then to the id, so the order is deterministic. ``scoring="weighted"`` needs ``weights``.
+    support, then to the id, so the order is deterministic. ``scoring="weighted"`` needs ``weights``
+    and counts each query by its weight raised to ``power`` (above 1, near-identical tasks count for
+    more against many loosely similar ones).
     """
     expanded = expanded if isinstance(expanded, set | frozenset) else frozenset(expanded)
     if scoring == "weighted" and weights is None:
@@ -195,7 +198,7 @@ def rank_insights(
             c = len(neg)
             sim = max(pos)
             if scoring == "weighted":
-                r = conflict_penalized_score(sum(pos), sum(neg), lam)
+                r = conflict_penalized_score(sum(w**power for w in pos), sum(w**power for w in neg), lam)
             else:
                 r = conflict_penalized_score(s, c, lam)
         if r > 0:

@@ -95,6 +95,7 @@ class Retriever:
             budget or s.budget,
             weights=expansion.weights,
             scoring=s.scoring,
+            power=s.similarity_power,
         )  # Eq. 8-10
         retrieval = Retrieval(
             str(uuid.uuid4()), namespace, query, tuple(ranked), expansion.similar, len(expansion.expanded)

@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     scoring: Scoring = Field(
         "weighted", description="weighted: support and conflict weighted by similarity; count: Eq. 8-9"
     )
+    similarity_power: float = Field(
+        2.0, ge=1.0, le=8.0, description="weighted scoring counts a query by its similarity to this power"
+    )
     query_degree: int = Field(
         32, ge=0, le=10_000, description="neighbours each query keeps in the query graph, the most similar"
     )
@@ -59,7 +62,7 @@ class Settings(BaseSettings):
         "relevant", description="which served insights the rule controller credits or blames"
     )
     rules_relevance: float = Field(
-        0.5,
+        0.7,
         ge=0.0,
         le=1.0,
         description="similarity from which the rule controller counts an insight relevant",
