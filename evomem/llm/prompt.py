@@ -92,6 +92,46 @@ RESPONSE_SCHEMA: dict[str, Any] = {
     },
 }
 
+#: Longest revised or new insight text the grammar-constrained schema lets a model write (an
+#: insight is a sentence or two; a small model left unbounded can repeat itself until the budget).
+SCHEMA_TEXT_CHARS = 400
+
+
+def _text_or_null() -> dict[str, Any]:
+    return {"anyOf": [{"type": "string", "maxLength": SCHEMA_TEXT_CHARS}, {"type": "null"}]}
+
+
+def _event_schema(view: EventView) -> dict[str, Any]:
+    edits = [
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["insight", "operation", "revised_insight_text"],
+            "properties": {
+                "insight": {"const": label},
+                "operation": {"enum": ["KEEP", "ARCHIVE", "REVISE"]},
+                "revised_insight_text": _text_or_null(),
+            },
+        }
+        for label in view.labels
+    ]
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["event", "insight_edits", "add_new_insight"],
+        "properties": {
+            "event": {"const": view.number},
+            "insight_edits": {"type": "array", "prefixItems": edits, "items": False},
+            "add_new_insight": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["decision", "new_insight_text"],
+                "properties": {"decision": {"type": "boolean"}, "new_insight_text": _text_or_null()},
+            },
+        },
+    }
+
+
 INSIGHTS_HEADER = 'INSIGHTS, one JSON object a line: {"insight": <number>, "text": ...}'
 EVENTS_HEADER = (
     'EVENTS, one JSON object a line. Its "insights" are the numbers of the insights '
@@ -138,6 +178,22 @@ class PromptBatch:
         asked = ", ".join(str(v.number) for v in views)
         lines.append(f"Answer for event{'s' if len(views) > 1 else ''} {asked}.")
         return "\n".join(lines)
+
+    def answer_schema(self, numbers: Collection[int]) -> dict[str, Any]:
+        """The answer's JSON Schema for exactly these events: each event's entry in order, its
+        insight numbers fixed, texts bounded. Grammar-constrained endpoints (llama.cpp) enforce it
+        while the model writes, so a small model chooses operations and texts but cannot skip,
+        repeat or invent an event or an insight; strict JSON-schema services take ``RESPONSE_SCHEMA``
+        instead, as they refuse ``const`` and ``prefixItems``."""
+        views = [v for v in self.events if v.number in numbers]
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["events"],
+            "properties": {
+                "events": {"type": "array", "prefixItems": [_event_schema(v) for v in views], "items": False}
+            },
+        }
 
 
 def correction(errors: dict[int, str]) -> str:
@@ -211,6 +267,7 @@ __all__ = [
     "INSIGHTS_HEADER",
     "PROMPT_VERSION",
     "RESPONSE_SCHEMA",
+    "SCHEMA_TEXT_CHARS",
     "SYSTEM_PROMPT",
     "EventView",
     "PromptBatch",
