@@ -424,6 +424,15 @@ def print_story(s: dict[str, Any]) -> None:
 DEMO_LLM_MODEL = "evomem-demo-judge"
 
 
+#: Time limits for a model on a shared CPU: one call of eight events can take a minute or more.
+CPU_MODEL_LIMITS: tuple[tuple[str, Any], ...] = (
+    ("llm_timeout_s", 300.0),
+    ("batch_time_limit_s", 1200.0),
+    ("claim_idle_ms", 1_500_000),
+    ("visibility_timeout_s", 1500),
+)
+
+
 @dataclass(frozen=True)
 class Judge:
     """The OpenAI-compatible endpoint that judges the maintained memory, and what it is."""
@@ -433,6 +442,7 @@ class Judge:
     label: str = "local test server"
     api_key: str = "local"  # local servers need none; the client insists on one
     tokenizer: str = "estimate"
+    settings: tuple[tuple[str, Any], ...] = ()  # what this endpoint needs beyond the defaults
 
 
 @contextmanager
@@ -454,6 +464,7 @@ def memories(
                     "llm_api_key": judge.api_key,
                     "llm_model": judge.model,
                     "llm_tokenizer": judge.tokenizer,
+                    **dict(judge.settings),
                 }
             settings = Settings(
                 data_dir=root / sub,
@@ -623,7 +634,7 @@ def open_judge(args: argparse.Namespace, stack: ExitStack, say: Callable[[str], 
         say("LLM controller: starting llama.cpp's server on SmolLM2-135M-Instruct …")
         server = stack.enter_context(LocalLLMServer())
         say(f"LLM controller: {server.alias} on llama.cpp at {server.url}")
-        return Judge(server.url, server.alias, f"{server.alias} on llama.cpp")
+        return Judge(server.url, server.alias, f"{server.alias} on llama.cpp", settings=CPU_MODEL_LIMITS)
     if args.llm:
         from evomem.llm.testserver import LLMTestServer
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from evomem.editing import text_key
 from evomem.embedding import HashingEmbedder
@@ -27,19 +27,23 @@ log = get_logger("evomem.llm")
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
+def _one_line(text: str | None) -> str | None:
+    return " ".join(text.split()) if isinstance(text, str) else text
+
+
 class _Edit(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     insight: int
     operation: Literal["KEEP", "ARCHIVE", "REVISE"]
-    revised_insight_text: str | None = None
+    revised_insight_text: Annotated[str | None, AfterValidator(_one_line)] = None
 
 
 class _Add(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     decision: bool
-    new_insight_text: str | None = None
+    new_insight_text: Annotated[str | None, AfterValidator(_one_line)] = None
 
 
 class _EventAnswer(BaseModel):
@@ -78,7 +82,9 @@ def load_json(text: str) -> Any:
         if start == -1 or end <= start:
             raise ValueError("no JSON object in the answer")
         body = body[start : end + 1]
-    return json.loads(body)
+    # strict=False: a raw line break inside a string (small models on a grammar write them) is
+    # read as one; the texts are then put on one line
+    return json.loads(body, strict=False)
 
 
 def read_answer(

@@ -69,8 +69,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 class LocalLLMServer:
     """``with LocalLLMServer() as server: server.url`` — a llama.cpp server answering on loopback.
 
-    ``threads``: CPU threads of the model (llama.cpp's default is every core). Its output goes to
-    ``log_path`` (a temporary file by default), whose end is shown if it fails to start."""
+    ``threads``: CPU threads of the model, for the prompt and the answer alike; by default half the
+    cores (llama-cpp-python takes every core for the prompt; on a busy two-core machine a call of
+    two events took about 10× longer on two threads than on one, its threads spinning while they
+    wait for each other). Its output goes to ``log_path`` (a temporary file by default), whose end is shown
+    if it fails to start."""
 
     def __init__(
         self,
@@ -92,7 +95,7 @@ class LocalLLMServer:
         self.host = host
         self.port = port or free_port(host)
         self.context = context
-        self.threads = threads
+        self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
         self.log_path = log_path
         self._log_dir: tempfile.TemporaryDirectory[str] | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -119,9 +122,7 @@ class LocalLLMServer:
             "--verbose",
             "False",
         ]
-        if self.threads:
-            cmd += ["--n_threads", str(self.threads), "--n_threads_batch", str(self.threads)]
-        return cmd
+        return [*cmd, "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads)]
 
     def start(self) -> LocalLLMServer:
         if self.log_path is None:
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8766)
     parser.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="context size in tokens")
-    parser.add_argument("--threads", type=int, help="CPU threads (default: llama.cpp's choice)")
+    parser.add_argument("--threads", type=int, help="CPU threads (default: half the cores)")
     args = parser.parse_args(argv)
     try:
         server = LocalLLMServer(

@@ -92,41 +92,59 @@ RESPONSE_SCHEMA: dict[str, Any] = {
     },
 }
 
-#: Longest revised or new insight text the grammar-constrained schema lets a model write (an
-#: insight is a sentence or two; a small model left unbounded can repeat itself until the budget).
-SCHEMA_TEXT_CHARS = 400
+#: Bounds of a revised or new insight text in the grammar-constrained schema: an insight is a
+#: sentence or two, and a small model left unbounded can repeat itself until its budget runs out.
+SCHEMA_TEXT_CHARS = (12, 300)
 
 
-def _text_or_null() -> dict[str, Any]:
-    return {"anyOf": [{"type": "string", "maxLength": SCHEMA_TEXT_CHARS}, {"type": "null"}]}
+def _text() -> dict[str, Any]:
+    return {"type": "string", "minLength": SCHEMA_TEXT_CHARS[0], "maxLength": SCHEMA_TEXT_CHARS[1]}
+
+
+def _edit_schema(label: int) -> dict[str, Any]:
+    """One insight's operation; only a REVISE carries a text (the others' is null), so a model
+    spends no tokens on text that would be thrown away."""
+    shapes = [(op, {"type": "null"}) for op in ("KEEP", "ARCHIVE")] + [("REVISE", _text())]
+    return {
+        "anyOf": [
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["insight", "operation", "revised_insight_text"],
+                "properties": {
+                    "insight": {"const": label},
+                    "operation": {"const": op},
+                    "revised_insight_text": text,
+                },
+            }
+            for op, text in shapes
+        ]
+    }
 
 
 def _event_schema(view: EventView) -> dict[str, Any]:
-    edits = [
-        {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["insight", "operation", "revised_insight_text"],
-            "properties": {
-                "insight": {"const": label},
-                "operation": {"enum": ["KEEP", "ARCHIVE", "REVISE"]},
-                "revised_insight_text": _text_or_null(),
-            },
-        }
-        for label in view.labels
-    ]
+    add = [(False, {"type": "null"}), (True, _text())]
     return {
         "type": "object",
         "additionalProperties": False,
         "required": ["event", "insight_edits", "add_new_insight"],
         "properties": {
             "event": {"const": view.number},
-            "insight_edits": {"type": "array", "prefixItems": edits, "items": False},
+            "insight_edits": {
+                "type": "array",
+                "prefixItems": [_edit_schema(label) for label in view.labels],
+                "items": False,
+            },
             "add_new_insight": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["decision", "new_insight_text"],
-                "properties": {"decision": {"type": "boolean"}, "new_insight_text": _text_or_null()},
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["decision", "new_insight_text"],
+                        "properties": {"decision": {"const": decision}, "new_insight_text": text},
+                    }
+                    for decision, text in add
+                ]
             },
         },
     }
