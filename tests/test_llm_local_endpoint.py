@@ -216,3 +216,86 @@ def test_json_object_schema_can_be_chosen_outright(
 
     assert len(controller.decide([inp("q")])) == 1
     assert [(c.mode, c.schema) for c in llm_server.calls] == [("json_object", True)]
+
+
+def test_the_demo_judges_with_any_endpoint_given_by_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], llm_server: LLMTestServer
+) -> None:
+    """``--llm-url`` points the demo's LLM controller at an endpoint, asking it for its model."""
+    from evomem import demo
+
+    args = ["--tasks", "20", "--batch", "10", "--phases", "1", "--json", "--llm-url", llm_server.url]
+    assert demo.main([*args, "--data-dir", str(tmp_path / "demo")]) == 0
+    llm = json.loads(capsys.readouterr().out)["llm"]
+    assert llm["endpoint"] == f"evomem-test at {llm_server.url}"
+    assert llm["events_applied"] == 20 and llm["events_dead_lettered"] == 0 and llm["calls"] >= 2
+    assert "evomem-test" in llm["models"]
+
+
+def test_the_local_server_names_what_is_missing(tmp_path: Path) -> None:
+    from evomem.errors import ConfigError
+    from evomem.llm.localserver import LocalLLMServer
+
+    with pytest.raises(ConfigError, match="no model file"):
+        LocalLLMServer(tmp_path / "none.gguf")
+
+
+def test_a_model_file_llama_cannot_load_ends_the_start_with_its_log(tmp_path: Path) -> None:
+    from evomem.errors import ConfigError
+    from evomem.llm.localserver import LocalLLMServer, server_available
+
+    if not server_available():
+        pytest.skip("llama-cpp-python's server is not installed (make llm-local)")
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_bytes(b"not a model")
+    server = LocalLLMServer(bogus)
+    with pytest.raises(ConfigError, match="exited") as caught:
+        server.start()
+    assert server.process is None and "bogus.gguf" in str(caught.value)
+
+
+def test_a_revision_or_addition_that_copies_the_task_is_not_a_lesson() -> None:
+    """What SmolLM2-135M did in the demo: insights rewritten into the task it was shown ("Plan:
+    block E is on block H ..."). A REVISE that copies six words in a row of the event's report is
+    refused with the reason; such an ADD is dropped and the event's verdicts stand; the agent's own
+    proposed insight may be adopted word for word."""
+    from test_llm_controller import inp, node
+
+    from evomem.llm.answers import DuplicateCheck, read_answer
+
+    query = "Plan: block E is on block H, block L is on the table; goal: D is on E."
+    original = node(1, "Always put every block on the table first.")
+    proposal = "Clear a block before moving it, and build the goal tower from the bottom up."
+    batch = build_batch(
+        [
+            inp(
+                query,
+                retrieved=(original,),
+                trajectory=["used 1 insight(s) from memory", "answered"],
+                proposed_insight=proposal,
+            )
+        ],
+        EstimatedTokens(),
+        1500,
+    )
+
+    def answer(op: str, revised: str | None, added: str | None) -> str:
+        edit = {"insight": 1, "operation": op, "revised_insight_text": revised}
+        add = {"decision": added is not None, "new_insight_text": added}
+        return json.dumps({"events": [{"event": 1, "insight_edits": [edit], "add_new_insight": add}]})
+
+    def read(text: str) -> object:
+        return read_answer(text, "stop", batch, [1], "llm:t", DuplicateCheck(0.9))[1]
+
+    copied = read(answer("REVISE", "Block E is on block H, block L is on the table.", None))
+    assert isinstance(copied, str) and "copies the task's own text" in copied
+    assert "block e is on block h" in copied
+    kept = read(answer("KEEP", None, "The plan: block E is on block H, block L is on the table; done."))
+    assert kept.add_new_insight.decision is False  # type: ignore[attr-defined]
+    assert kept.insight_edits[0].operation == "KEEP"  # type: ignore[attr-defined]
+    adopted = read(answer("KEEP", None, proposal))
+    assert adopted.add_new_insight.new_insight_text == proposal  # type: ignore[attr-defined]
+    narrowed = read(
+        answer("REVISE", "Put a block on the table only when it sits on a block you must move.", None)
+    )
+    assert narrowed.insight_edits[0].operation == "REVISE"  # type: ignore[attr-defined]

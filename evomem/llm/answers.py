@@ -2,9 +2,10 @@
 
 Each event of a call is judged on its own: one event's bad entry costs that event a retry, not the
 whole call. An entry is refused, with a message meant for the model, when it names an insight that
-was not retrieved for that event, skips or repeats one, revises an insight into its own text, or
-breaks the schema. An ADD that repeats one of the event's insights (embedding cosine at or over the
-duplicate threshold) is not an error: it is dropped, so the insight is not added twice.
+was not retrieved for that event, skips or repeats one, revises an insight into its own text or
+into a copy of the task, or breaks the schema. An ADD that repeats one of the event's insights
+(embedding cosine at or over the duplicate threshold) or copies the task is not an error: it is
+dropped, so the insight is not added twice and no record of one task poses as a lesson.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from schemas import AddDecision, ControllerDecision, InsightEdit
 log = get_logger("evomem.llm")
 
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
+_WORD = re.compile(r"\w+")
+#: Words in a row that a new or revised text may share with its event's report before it counts
+#: as a copy of the task rather than a lesson (a general rule rarely repeats six words of one task).
+COPIED_WORDS = 6
 
 
 def _one_line(text: str | None) -> str | None:
@@ -188,6 +193,31 @@ def _revise_problem(n: int, edit: _Edit, view: EventView) -> str | None:
             f"event {n}: the REVISE of insight {edit.insight} repeats its text; a revision must narrow "
             "or correct it (choose KEEP if it is right as it stands)"
         )
+    copied = copied_from_task(edit.revised_insight_text or "", view)
+    if copied:
+        return (
+            f"event {n}: the REVISE of insight {edit.insight} copies the task's own text (“{copied}”); "
+            "an insight is a general rule for other tasks, not a record of this one"
+        )
+    return None
+
+
+def copied_from_task(text: str, view: EventView) -> str | None:
+    """The first run of ``COPIED_WORDS`` words that ``text`` repeats from the event's own report
+    (query, trajectory, answer, feedback; not its proposed insight, which is offered to be
+    copied), if any. Small models fill an insight with the task they were shown."""
+    words = _WORD.findall(text.lower())
+    if len(words) < COPIED_WORDS:
+        return None
+    event = view.input.event
+    steps = " ".join(s if isinstance(s, str) else json.dumps(s, default=str) for s in event.trajectory)
+    source = " ".join(
+        _WORD.findall(" ".join([event.query, steps, event.final_answer or "", event.feedback or ""]).lower())
+    )
+    for i in range(len(words) - COPIED_WORDS + 1):
+        run = " ".join(words[i : i + COPIED_WORDS])
+        if f" {run} " in f" {source} ":
+            return run
     return None
 
 
@@ -207,6 +237,10 @@ def _add_decision(
     existing = [x.text for x in view.input.retrieved] + [
         e.revised_insight_text for e in edits if e.revised_insight_text
     ]
+    copied = copied_from_task(text, view)
+    if copied:  # not a lesson: as with a duplicate, the rest of the event's decision stands
+        log.info("llm.add_copies_task", event_id=str(view.input.event.event_id), copied=copied)
+        return AddDecision()
     similarity, at = duplicates.nearest(text, existing)
     if similarity >= duplicates.threshold:
         log.info(
@@ -226,4 +260,4 @@ def _numbers(labels: Sequence[int]) -> str:
     return ", ".join(str(x) for x in labels) or "none"
 
 
-__all__ = ["DuplicateCheck", "event_decision", "load_json", "read_answer"]
+__all__ = ["COPIED_WORDS", "DuplicateCheck", "copied_from_task", "event_decision", "load_json", "read_answer"]

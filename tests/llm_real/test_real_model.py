@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,7 +113,11 @@ def real_settings(tmp_path: Path, redis_url: str, server: LocalLLMServer, **over
 
 
 def test_every_event_is_decided_or_dead_lettered_with_the_models_answer(
-    tmp_path: Path, redis_url: str, redis_client: redis.Redis, llama: LocalLLMServer
+    tmp_path: Path,
+    redis_url: str,
+    redis_client: redis.Redis,
+    llama: LocalLLMServer,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings = real_settings(tmp_path, redis_url, llama)
     worker = ConsolidationWorker(settings, redis_client, consumer="real")
@@ -122,7 +127,8 @@ def test_every_event_is_decided_or_dead_lettered_with_the_models_answer(
         for q, status, which, fields in EVENTS
     ]
     started = time.perf_counter()
-    totals = run_until_idle(worker)
+    with caplog.at_level("INFO", logger="evomem.llm"):
+        totals = run_until_idle(worker)
     wall = time.perf_counter() - started
 
     usage = summary(redis_client, settings)
@@ -145,12 +151,14 @@ def test_every_event_is_decided_or_dead_lettered_with_the_models_answer(
     assert usage["events_judged"] == len(events)
     # nothing edited outside an event's retrieved set
     by_event = {str(e.event_id): set(e.retrieved_insight_ids) for e in events}
-    touched = 0
+    status = {str(e.event_id): e.status for e in events}
+    chosen: Counter[str] = Counter()
     for insight_id in graph.insight_ids(NS):
         for record in graph.history(insight_id):
             if record.event_id in by_event and record.op != "ADD":
                 assert record.insight_id in by_event[record.event_id], record
-                touched += 1
+            if record.event_id in by_event and record.insight_id in (insight_id, None):
+                chosen[f"{record.op} after {status[record.event_id]}"] += 1
     once = {str(e.event_id) for e, s in zip(events, shares, strict=True) if s.get("calls") == 1}
     first = len(once - set(letters))
     n = len(events)
@@ -161,8 +169,12 @@ def test_every_event_is_decided_or_dead_lettered_with_the_models_answer(
         f"{usage['calls']} calls, {usage['prompt_tokens_per_event']} prompt and "
         f"{usage['completion_tokens_per_event']} completion tokens per event "
         f"(repairs included: {usage['prompt_tokens'] / n:.0f} and {usage['completion_tokens'] / n:.0f}); "
-        f"{n / wall:.3f} events/s; {touched} edits of retrieved insights; failures {usage['failures']}"
+        f"{n / wall:.3f} events/s; failures {usage['failures']}\n  operations: {dict(sorted(chosen.items()))}"
     )
+    for record in caplog.records:
+        if record.msg == "llm.answer_refused":
+            said = getattr(record, "answer", "")[:300]
+            print(f"  refused: {getattr(record, 'reason', '')} — answer: {said}")
     for reason in list(letters.values())[:2]:
         print(f"  dead letter: {reason[:400]}")
 
