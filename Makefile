@@ -36,7 +36,7 @@ test: install            ## the whole test suite, on real redis-server and Qdran
 	$(BIN)/python -m pytest
 
 demo-llm: llm-local      ## the fleet, its maintained memory judged by a real small model on llama.cpp
-	$(BIN)/evomem demo --llm-local --tasks 96 --batch 24 --phases 2
+	$(BIN)/evomem demo --llm-local --tasks 48 --batch 16 --phases 2
 
 test-llm: llm-local      ## the LLM controller end to end against a real small model on llama.cpp
 	$(BIN)/python -m pytest --real-llm -m real_llm -s tests/llm_real

@@ -106,7 +106,7 @@ def test_a_prompt_too_long_for_the_context_halves_the_events_per_call_and_one_to
     totals = run_until_idle(worker)
 
     assert totals["applied"] == 8 and totals["dead_lettered"] == 1
-    assert len(llm_server.calls[0].events) == 8 and llm_server.calls[0].status == 400
+    assert any(len(c.events) == 8 and c.status == 400 for c in llm_server.calls)
     assert max(len(c.events) for c in llm_server.calls if c.status == 200) < 8
     (letter,) = dead_letters(redis_client)
     assert "does not fit the model's context" in letter["reason"] and "(the event alone)" in letter["reason"]
@@ -256,9 +256,9 @@ def test_a_model_file_llama_cannot_load_ends_the_start_with_its_log(tmp_path: Pa
 
 def test_a_revision_or_addition_that_copies_the_task_is_not_a_lesson() -> None:
     """What SmolLM2-135M did in the demo: insights rewritten into the task it was shown ("Plan:
-    block E is on block H ..."). A REVISE that copies six words in a row of the event's report is
-    refused with the reason; such an ADD is dropped and the event's verdicts stand; the agent's own
-    proposed insight may be adopted word for word."""
+    block E is on block H ..."). A REVISE that copies six words in a row of a report in the call
+    (its event's or another's) is refused with the reason; such an ADD is dropped and the event's
+    verdicts stand; the agent's own proposed insight may be adopted word for word."""
     from test_llm_controller import inp, node
 
     from evomem.llm.answers import DuplicateCheck, read_answer
@@ -273,7 +273,8 @@ def test_a_revision_or_addition_that_copies_the_task_is_not_a_lesson() -> None:
                 retrieved=(original,),
                 trajectory=["used 1 insight(s) from memory", "answered"],
                 proposed_insight=proposal,
-            )
+            ),
+            inp("What is the elevation of the city where the founder of Paper Moons was born?"),
         ],
         EstimatedTokens(),
         1500,
@@ -288,11 +289,15 @@ def test_a_revision_or_addition_that_copies_the_task_is_not_a_lesson() -> None:
         return read_answer(text, "stop", batch, [1], "llm:t", DuplicateCheck(0.9))[1]
 
     copied = read(answer("REVISE", "Block E is on block H, block L is on the table.", None))
-    assert isinstance(copied, str) and "copies the task's own text" in copied
+    assert isinstance(copied, str) and "copies the tasks' own text" in copied
     assert "block e is on block h" in copied
     kept = read(answer("KEEP", None, "The plan: block E is on block H, block L is on the table; done."))
     assert kept.add_new_insight.decision is False  # type: ignore[attr-defined]
     assert kept.insight_edits[0].operation == "KEEP"  # type: ignore[attr-defined]
+    other = read(
+        answer("KEEP", None, "Question: what is the elevation of the city where the founder was born")
+    )
+    assert other.add_new_insight.decision is False  # type: ignore[attr-defined]  # another event's task
     adopted = read(answer("KEEP", None, proposal))
     assert adopted.add_new_insight.new_insight_text == proposal  # type: ignore[attr-defined]
     narrowed = read(

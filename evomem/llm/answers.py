@@ -125,20 +125,22 @@ def read_answer(
         else:
             entries[number] = entry
     out: dict[int, ControllerDecision | str] = {}
+    tasks = task_words(batch)
     for n in pending:
         if n in refused:
             out[n] = refused[n]
         elif n not in entries:
             out[n] = f"event {n} has no entry" + (f" (there was {stray[0]})" if stray else "")
         else:
-            out[n] = event_decision(entries[n], batch.event(n), decided_by, duplicates)
+            out[n] = event_decision(entries[n], batch.event(n), decided_by, duplicates, tasks)
     return out
 
 
 def event_decision(
-    entry: Any, view: EventView, decided_by: str, duplicates: DuplicateCheck
+    entry: Any, view: EventView, decided_by: str, duplicates: DuplicateCheck, tasks: str = " "
 ) -> ControllerDecision | str:
-    """One event's entry as a validated decision, or why it cannot be one."""
+    """One event's entry as a validated decision, or why it cannot be one. ``tasks``: the words of
+    the reports in the call (``task_words``), which a new or revised text must not copy."""
     n = view.number
     try:
         answer = _EventAnswer.model_validate(entry)
@@ -158,7 +160,7 @@ def event_decision(
         if edit.insight in seen:
             return f"event {n} gives insight {edit.insight} more than one operation"
         seen.add(edit.insight)
-        problem = _revise_problem(n, edit, view)
+        problem = _revise_problem(n, edit, view, tasks)
         if problem:
             return problem
         revised = edit.revised_insight_text if edit.operation == "REVISE" else None
@@ -176,13 +178,13 @@ def event_decision(
     missing = [label for label in view.labels if label not in seen]
     if missing:
         return f"event {n} gives no operation for insight {_numbers(missing)}"
-    add = _add_decision(n, answer.add_new_insight, view, edits, decided_by, duplicates)
+    add = _add_decision(n, answer.add_new_insight, view, edits, decided_by, duplicates, tasks)
     if isinstance(add, str):
         return add
     return ControllerDecision(insight_edits=edits, add_new_insight=add)
 
 
-def _revise_problem(n: int, edit: _Edit, view: EventView) -> str | None:
+def _revise_problem(n: int, edit: _Edit, view: EventView, tasks: str) -> str | None:
     if edit.operation != "REVISE":
         return None
     if not (edit.revised_insight_text or "").strip():
@@ -193,30 +195,34 @@ def _revise_problem(n: int, edit: _Edit, view: EventView) -> str | None:
             f"event {n}: the REVISE of insight {edit.insight} repeats its text; a revision must narrow "
             "or correct it (choose KEEP if it is right as it stands)"
         )
-    copied = copied_from_task(edit.revised_insight_text or "", view)
+    copied = copied_from_task(edit.revised_insight_text or "", tasks)
     if copied:
         return (
-            f"event {n}: the REVISE of insight {edit.insight} copies the task's own text (“{copied}”); "
+            f"event {n}: the REVISE of insight {edit.insight} copies the tasks' own text (“{copied}”); "
             "an insight is a general rule for other tasks, not a record of this one"
         )
     return None
 
 
-def copied_from_task(text: str, view: EventView) -> str | None:
-    """The first run of ``COPIED_WORDS`` words that ``text`` repeats from the event's own report
-    (query, trajectory, answer, feedback; not its proposed insight, which is offered to be
-    copied), if any. Small models fill an insight with the task they were shown."""
+def task_words(batch: PromptBatch) -> str:
+    """The words of every report the model was shown in this call (query, trajectory, answer,
+    feedback; not the proposed insights, which are offered to be copied), lower-cased, one space
+    apart, with a space at each end."""
+    parts = []
+    for view in batch.events:
+        event = view.input.event
+        steps = (s if isinstance(s, str) else json.dumps(s, default=str) for s in event.trajectory)
+        parts += [event.query, *steps, event.final_answer or "", event.feedback or ""]
+    return " " + " ".join(_WORD.findall(" ".join(parts).lower())) + " "
+
+
+def copied_from_task(text: str, tasks: str) -> str | None:
+    """The first run of ``COPIED_WORDS`` words that ``text`` repeats from ``tasks`` (``task_words``),
+    if any. Small models fill an insight with the tasks they were shown."""
     words = _WORD.findall(text.lower())
-    if len(words) < COPIED_WORDS:
-        return None
-    event = view.input.event
-    steps = " ".join(s if isinstance(s, str) else json.dumps(s, default=str) for s in event.trajectory)
-    source = " ".join(
-        _WORD.findall(" ".join([event.query, steps, event.final_answer or "", event.feedback or ""]).lower())
-    )
     for i in range(len(words) - COPIED_WORDS + 1):
         run = " ".join(words[i : i + COPIED_WORDS])
-        if f" {run} " in f" {source} ":
+        if f" {run} " in tasks:
             return run
     return None
 
@@ -228,6 +234,7 @@ def _add_decision(
     edits: Sequence[InsightEdit],
     decided_by: str,
     duplicates: DuplicateCheck,
+    tasks: str,
 ) -> AddDecision | str:
     if not add.decision:
         return AddDecision()
@@ -237,7 +244,7 @@ def _add_decision(
     existing = [x.text for x in view.input.retrieved] + [
         e.revised_insight_text for e in edits if e.revised_insight_text
     ]
-    copied = copied_from_task(text, view)
+    copied = copied_from_task(text, tasks)
     if copied:  # not a lesson: as with a duplicate, the rest of the event's decision stands
         log.info("llm.add_copies_task", event_id=str(view.input.event.event_id), copied=copied)
         return AddDecision()
@@ -260,4 +267,12 @@ def _numbers(labels: Sequence[int]) -> str:
     return ", ".join(str(x) for x in labels) or "none"
 
 
-__all__ = ["COPIED_WORDS", "DuplicateCheck", "copied_from_task", "event_decision", "load_json", "read_answer"]
+__all__ = [
+    "COPIED_WORDS",
+    "DuplicateCheck",
+    "copied_from_task",
+    "event_decision",
+    "load_json",
+    "read_answer",
+    "task_words",
+]
