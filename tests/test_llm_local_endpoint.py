@@ -304,3 +304,11 @@ def test_a_revision_or_addition_that_copies_the_task_is_not_a_lesson() -> None:
         answer("REVISE", "Put a block on the table only when it sits on a block you must move.", None)
     )
     assert narrowed.insight_edits[0].operation == "REVISE"  # type: ignore[attr-defined]
+
+
+def test_a_dead_letter_quotes_the_models_entry_for_its_event_not_the_whole_answer() -> None:
+    from evomem.llm.answers import entry_text
+
+    answer = json.dumps({"events": [{"event": 1, "x": "long " * 80}, {"event": 2, "insight_edits": []}]})
+    assert entry_text(answer, 2) == '{"event":2,"insight_edits":[]}'
+    assert entry_text(answer, 3) == answer and entry_text("not json", 1) == "not json"

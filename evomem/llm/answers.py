@@ -92,6 +92,20 @@ def load_json(text: str) -> Any:
     return json.loads(body, strict=False)
 
 
+def entry_text(text: str, number: int) -> str:
+    """What the model answered for one event: its entry of the answer, as compact JSON, when the
+    answer parses and has one; else the answer as it came."""
+    try:
+        doc = load_json(text)
+    except ValueError:
+        return text
+    entries = doc.get("events") if isinstance(doc, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("event") == number:
+            return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+    return text
+
+
 def read_answer(
     text: str,
     finish_reason: str | None,
@@ -271,6 +285,7 @@ __all__ = [
     "COPIED_WORDS",
     "DuplicateCheck",
     "copied_from_task",
+    "entry_text",
     "event_decision",
     "load_json",
     "read_answer",

@@ -18,7 +18,7 @@ mode carrying the call's own schema (a grammar on llama.cpp), else plain JSON mo
 this controller one step down for good (the prompt spells the shape out either way). A call asks
 for ``LLM_COMPLETION_TOKENS_PER_EVENT`` per event it carries, at most ``LLM_MAX_TOKENS``, and the
 calls in flight and events per call adapt to the endpoint (``adaptive``). An event that dies takes
-the model's last answer, cut short, into its reason.
+the model's last answer for it (its entry, else the whole answer), cut short, into its reason.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import redis
 
 from evomem.controllers import Decision, DecisionFailure, DecisionInput
 from evomem.llm.adaptive import AdaptiveLimits
-from evomem.llm.answers import DuplicateCheck, read_answer
+from evomem.llm.answers import DuplicateCheck, entry_text, read_answer
 from evomem.llm.client import (
     FALLBACK,
     ChatEndpoint,
@@ -208,7 +208,9 @@ class LLMController:
                 answers = read_answer(
                     reply.text, reply.finish_reason, batch, sent, self.name, self.duplicates
                 )
-                answered.update({n: reply.text for n, a in answers.items() if isinstance(a, str)})
+                answered.update(
+                    {n: entry_text(reply.text, n) for n, a in answers.items() if isinstance(a, str)}
+                )
             for n, answer in answers.items():
                 if isinstance(answer, ControllerDecision):
                     done[n] = answer
