@@ -39,7 +39,7 @@ demo-llm: llm-local      ## the fleet, its maintained memory judged by a real sm
 	$(BIN)/evomem demo --llm-local --tasks 48 --batch 16 --phases 2
 
 test-llm: llm-local      ## the LLM controller end to end against a real small model on llama.cpp
-	$(BIN)/python -m pytest --real-llm -m real_llm -s tests/llm_real
+	$(BIN)/python -m pytest --real-llm -m real_llm -s tests/llm_real $(if $(LLM_TEST_MODEL),--real-llm-model $(LLM_TEST_MODEL))
 
 lint: install            ## ruff and mypy
 	$(BIN)/ruff check .

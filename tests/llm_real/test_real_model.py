@@ -20,6 +20,7 @@ import redis
 from llm_helpers import dead_letters, publish, run_until_idle, seed
 
 from evomem.controllers import DecisionInput
+from evomem.llm.answers import load_json
 from evomem.llm.client import ChatEndpoint, ResponseFormatUnsupported
 from evomem.llm.controller import LLMController
 from evomem.llm.localserver import LocalLLMServer
@@ -86,8 +87,9 @@ EVENTS: list[tuple[str, str, list[int], dict[str, object]]] = [
 
 
 @pytest.fixture(scope="module")
-def llama() -> Iterator[LocalLLMServer]:
-    with LocalLLMServer() as server:
+def llama(request: pytest.FixtureRequest) -> Iterator[LocalLLMServer]:
+    model = request.config.getoption("--real-llm-model")
+    with LocalLLMServer(Path(model) if model else None) as server:
         yield server
 
 
@@ -163,7 +165,7 @@ def test_every_event_is_decided_or_dead_lettered_with_the_models_answer(
     first = len(once - set(letters))
     n = len(events)
     print(
-        f"\nSmolLM2-135M-Instruct on llama.cpp, {n} events ({settings.llm_events_per_call} a call): "
+        f"\n{llama.alias} on llama.cpp, {n} events ({settings.llm_events_per_call} a call): "
         f"decided {n - len(letters)}/{n} ({(n - len(letters)) / n:.0%}): first try {first}, "
         f"after repair {n - len(letters) - first}; dead-lettered {len(letters)}; "
         f"{usage['calls']} calls, {usage['prompt_tokens_per_event']} prompt and "
@@ -198,7 +200,7 @@ def test_a_call_answer_has_exactly_the_events_and_insights_asked_for(llama: Loca
         refused = True
     schema = batch.answer_schema(batch.numbers)
     reply = chat.complete(SYSTEM_PROMPT, batch.render(), "json_object_schema", schema)
-    doc = json.loads(reply.text)
+    doc = load_json(reply.text)  # as the controller reads it (a raw line break in a string is allowed)
     assert [e["event"] for e in doc["events"]] == batch.numbers
     for entry, view in zip(doc["events"], batch.events, strict=True):
         assert tuple(x["insight"] for x in entry["insight_edits"]) == view.labels
