@@ -33,7 +33,8 @@ from evomem.stores.redis_graph import RedisGraphStore
 from evomem.worker import ConsolidationWorker
 from schemas import TaskEvent
 
-pytestmark = pytest.mark.real_llm
+# a CPU model shared with other work can take many minutes for the dozen events
+pytestmark = [pytest.mark.real_llm, pytest.mark.timeout(1800)]
 
 NS = "fever"
 INSIGHTS = [
