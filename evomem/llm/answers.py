@@ -2,9 +2,10 @@
 
 Each event of a call is judged on its own: one event's bad entry costs that event a retry, not the
 whole call. An entry is refused, with a message meant for the model, when it names an insight that
-was not retrieved for that event, skips or repeats one, revises an insight into its own text, or
-breaks the schema. An ADD that repeats one of the event's insights (embedding cosine at or over the
-duplicate threshold) is not an error: it is dropped, so the insight is not added twice.
+was not retrieved for that event, skips or repeats one, revises an insight into its own text or
+into a copy of the task, or breaks the schema. An ADD that repeats one of the event's insights
+(embedding cosine at or over the duplicate threshold) or copies the task is not an error: it is
+dropped, so the insight is not added twice and no record of one task poses as a lesson.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from evomem.editing import text_key
 from evomem.embedding import HashingEmbedder
@@ -25,6 +26,14 @@ from schemas import AddDecision, ControllerDecision, InsightEdit
 log = get_logger("evomem.llm")
 
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
+_WORD = re.compile(r"\w+")
+#: Words in a row that a new or revised text may share with its event's report before it counts
+#: as a copy of the task rather than a lesson (a general rule rarely repeats six words of one task).
+COPIED_WORDS = 6
+
+
+def _one_line(text: str | None) -> str | None:
+    return " ".join(text.split()) if isinstance(text, str) else text
 
 
 class _Edit(BaseModel):
@@ -32,14 +41,14 @@ class _Edit(BaseModel):
 
     insight: int
     operation: Literal["KEEP", "ARCHIVE", "REVISE"]
-    revised_insight_text: str | None = None
+    revised_insight_text: Annotated[str | None, AfterValidator(_one_line)] = None
 
 
 class _Add(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     decision: bool
-    new_insight_text: str | None = None
+    new_insight_text: Annotated[str | None, AfterValidator(_one_line)] = None
 
 
 class _EventAnswer(BaseModel):
@@ -78,7 +87,23 @@ def load_json(text: str) -> Any:
         if start == -1 or end <= start:
             raise ValueError("no JSON object in the answer")
         body = body[start : end + 1]
-    return json.loads(body)
+    # strict=False: a raw line break inside a string (small models on a grammar write them) is
+    # read as one; the texts are then put on one line
+    return json.loads(body, strict=False)
+
+
+def entry_text(text: str, number: int) -> str:
+    """What the model answered for one event: its entry of the answer, as compact JSON, when the
+    answer parses and has one; else the answer as it came."""
+    try:
+        doc = load_json(text)
+    except ValueError:
+        return text
+    entries = doc.get("events") if isinstance(doc, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("event") == number:
+            return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+    return text
 
 
 def read_answer(
@@ -114,20 +139,22 @@ def read_answer(
         else:
             entries[number] = entry
     out: dict[int, ControllerDecision | str] = {}
+    tasks = task_words(batch)
     for n in pending:
         if n in refused:
             out[n] = refused[n]
         elif n not in entries:
             out[n] = f"event {n} has no entry" + (f" (there was {stray[0]})" if stray else "")
         else:
-            out[n] = event_decision(entries[n], batch.event(n), decided_by, duplicates)
+            out[n] = event_decision(entries[n], batch.event(n), decided_by, duplicates, tasks)
     return out
 
 
 def event_decision(
-    entry: Any, view: EventView, decided_by: str, duplicates: DuplicateCheck
+    entry: Any, view: EventView, decided_by: str, duplicates: DuplicateCheck, tasks: str = " "
 ) -> ControllerDecision | str:
-    """One event's entry as a validated decision, or why it cannot be one."""
+    """One event's entry as a validated decision, or why it cannot be one. ``tasks``: the words of
+    the reports in the call (``task_words``), which a new or revised text must not copy."""
     n = view.number
     try:
         answer = _EventAnswer.model_validate(entry)
@@ -147,7 +174,7 @@ def event_decision(
         if edit.insight in seen:
             return f"event {n} gives insight {edit.insight} more than one operation"
         seen.add(edit.insight)
-        problem = _revise_problem(n, edit, view)
+        problem = _revise_problem(n, edit, view, tasks)
         if problem:
             return problem
         revised = edit.revised_insight_text if edit.operation == "REVISE" else None
@@ -165,13 +192,13 @@ def event_decision(
     missing = [label for label in view.labels if label not in seen]
     if missing:
         return f"event {n} gives no operation for insight {_numbers(missing)}"
-    add = _add_decision(n, answer.add_new_insight, view, edits, decided_by, duplicates)
+    add = _add_decision(n, answer.add_new_insight, view, edits, decided_by, duplicates, tasks)
     if isinstance(add, str):
         return add
     return ControllerDecision(insight_edits=edits, add_new_insight=add)
 
 
-def _revise_problem(n: int, edit: _Edit, view: EventView) -> str | None:
+def _revise_problem(n: int, edit: _Edit, view: EventView, tasks: str) -> str | None:
     if edit.operation != "REVISE":
         return None
     if not (edit.revised_insight_text or "").strip():
@@ -182,6 +209,35 @@ def _revise_problem(n: int, edit: _Edit, view: EventView) -> str | None:
             f"event {n}: the REVISE of insight {edit.insight} repeats its text; a revision must narrow "
             "or correct it (choose KEEP if it is right as it stands)"
         )
+    copied = copied_from_task(edit.revised_insight_text or "", tasks)
+    if copied:
+        return (
+            f"event {n}: the REVISE of insight {edit.insight} copies the tasks' own text (“{copied}”); "
+            "an insight is a general rule for other tasks, not a record of this one"
+        )
+    return None
+
+
+def task_words(batch: PromptBatch) -> str:
+    """The words of every report the model was shown in this call (query, trajectory, answer,
+    feedback; not the proposed insights, which are offered to be copied), lower-cased, one space
+    apart, with a space at each end."""
+    parts = []
+    for view in batch.events:
+        event = view.input.event
+        steps = (s if isinstance(s, str) else json.dumps(s, default=str) for s in event.trajectory)
+        parts += [event.query, *steps, event.final_answer or "", event.feedback or ""]
+    return " " + " ".join(_WORD.findall(" ".join(parts).lower())) + " "
+
+
+def copied_from_task(text: str, tasks: str) -> str | None:
+    """The first run of ``COPIED_WORDS`` words that ``text`` repeats from ``tasks`` (``task_words``),
+    if any. Small models fill an insight with the tasks they were shown."""
+    words = _WORD.findall(text.lower())
+    for i in range(len(words) - COPIED_WORDS + 1):
+        run = " ".join(words[i : i + COPIED_WORDS])
+        if f" {run} " in tasks:
+            return run
     return None
 
 
@@ -192,6 +248,7 @@ def _add_decision(
     edits: Sequence[InsightEdit],
     decided_by: str,
     duplicates: DuplicateCheck,
+    tasks: str,
 ) -> AddDecision | str:
     if not add.decision:
         return AddDecision()
@@ -201,6 +258,10 @@ def _add_decision(
     existing = [x.text for x in view.input.retrieved] + [
         e.revised_insight_text for e in edits if e.revised_insight_text
     ]
+    copied = copied_from_task(text, tasks)
+    if copied:  # not a lesson: as with a duplicate, the rest of the event's decision stands
+        log.info("llm.add_copies_task", event_id=str(view.input.event.event_id), copied=copied)
+        return AddDecision()
     similarity, at = duplicates.nearest(text, existing)
     if similarity >= duplicates.threshold:
         log.info(
@@ -220,4 +281,13 @@ def _numbers(labels: Sequence[int]) -> str:
     return ", ".join(str(x) for x in labels) or "none"
 
 
-__all__ = ["DuplicateCheck", "event_decision", "load_json", "read_answer"]
+__all__ = [
+    "COPIED_WORDS",
+    "DuplicateCheck",
+    "copied_from_task",
+    "entry_text",
+    "event_decision",
+    "load_json",
+    "read_answer",
+    "task_words",
+]

@@ -9,7 +9,14 @@ translated here, so the controller only sees the evomem error tree:
                               False for a refusal (401/403/404) that no quick retry can fix
     EvomemError
      └── RequestRejected      any other 4xx: the request itself was refused
-          └── ResponseFormatUnsupported   the endpoint does not do JSON-schema output
+          ├── ResponseFormatUnsupported   the endpoint refused the response format, whatever the
+          │                               status (llama-cpp-python answers a 500 to json_schema)
+          └── ContextTooLong  the prompt and its completion budget exceed the model's context
+
+Three response formats, from the strictest: ``json_schema`` (OpenAI's structured output, vLLM,
+llama.cpp's own server), ``json_object_schema`` (JSON mode carrying a schema, which
+llama-cpp-python's server compiles into a grammar), ``json_object`` (JSON mode, the shape in the
+prompt alone).
 
 No message built here carries the API key: what the endpoint says is redacted before it is kept.
 """
@@ -24,13 +31,19 @@ from typing import Any, Literal
 
 import openai
 from openai.types.chat import ChatCompletionMessageParam
-from openai.types.shared_params import ResponseFormatJSONObject, ResponseFormatJSONSchema
 
 from evomem.errors import EvomemError, TransientError
 from evomem.llm.prompt import RESPONSE_SCHEMA
 from evomem.settings import Settings
 
-ResponseMode = Literal["json_schema", "json_object"]
+ResponseMode = Literal["json_schema", "json_object_schema", "json_object"]
+#: The next response format to try when the endpoint refuses one.
+FALLBACK: dict[ResponseMode, ResponseMode] = {
+    "json_schema": "json_object_schema",
+    "json_object_schema": "json_object",
+}
+_FORMAT_WORDS = ("response_format", "json_schema")
+_CONTEXT_WORDS = ("context_length_exceeded", "maximum context length", "context window", "context length")
 
 _KEYLIKE = re.compile(r"\b(?:sk|key|pk|rk)-[A-Za-z0-9_\-]{6,}")
 _MESSAGE_CHARS = 300
@@ -57,7 +70,11 @@ class RequestRejected(EvomemError):
 
 
 class ResponseFormatUnsupported(RequestRejected):
-    """The endpoint refused ``response_format`` json_schema: fall back to JSON mode."""
+    """The endpoint refused the ``response_format`` it was sent: fall back to the next one."""
+
+
+class ContextTooLong(RequestRejected):
+    """The prompt (with the completion budget) does not fit the model's context: send fewer events."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,15 +103,28 @@ class ChatEndpoint:
             max_retries=0,
         )
 
-    def complete(self, system: str, user: str, mode: ResponseMode) -> ChatReply:
-        response_format: ResponseFormatJSONSchema | ResponseFormatJSONObject = (
-            {
+    def complete(
+        self,
+        system: str,
+        user: str,
+        mode: ResponseMode,
+        schema: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+    ) -> ChatReply:
+        """One chat completion. ``schema``: the answer's schema for ``json_object_schema`` (the
+        generic ``RESPONSE_SCHEMA`` without one); ``max_tokens``: this call's completion budget
+        (``LLM_MAX_TOKENS`` without one)."""
+        response_format: Any
+        if mode == "json_schema":
+            response_format = {
                 "type": "json_schema",
                 "json_schema": {"name": "memory_edits", "strict": True, "schema": RESPONSE_SCHEMA},
             }
-            if mode == "json_schema"
-            else {"type": "json_object"}
-        )
+        elif mode == "json_object_schema":
+            # not in OpenAI's types: llama-cpp-python's extension of JSON mode; openai passes it on
+            response_format = {"type": "json_object", "schema": schema or RESPONSE_SCHEMA}
+        else:
+            response_format = {"type": "json_object"}
         messages: list[ChatCompletionMessageParam] = [
             {"role": "system", "content": system},
             {"role": "user", "content": user},
@@ -104,7 +134,8 @@ class ChatEndpoint:
                 model=self.model,
                 messages=messages,
                 response_format=response_format,
-                max_tokens=self.max_tokens,  # what vLLM, Ollama and OpenAI's chat models all take
+                # what vLLM, Ollama, llama.cpp and OpenAI's chat models all take
+                max_tokens=min(max_tokens or self.max_tokens, self.max_tokens),
                 temperature=self.temperature,
             )
         except openai.OpenAIError as exc:
@@ -127,11 +158,22 @@ class ChatEndpoint:
             return EndpointError("connection", "LLM endpoint unreachable")
         if not isinstance(exc, openai.APIStatusError):
             return RequestRejected(0, f"LLM endpoint answered something unreadable ({type(exc).__name__})")
-        status, said = exc.status_code, self.redact(_said(exc))
+        status, full = exc.status_code, _said(exc)
+        said, lowered = self.redact(full), (full + " " + _code(exc)).lower()
         retry_after = retry_after_s(exc.response.headers)
         if status == 429:
             return EndpointError(
                 "rate_limited", f"LLM endpoint rate-limited the request (429): {said}", retry_after
+            )
+        if status not in (401, 403, 404) and any(w in lowered for w in _FORMAT_WORDS):
+            # read before the status: llama-cpp-python answers 500 to a json_schema it cannot
+            # validate, and retrying that as a server error would never end
+            return ResponseFormatUnsupported(
+                status, f"LLM endpoint refused the response format ({status}): {said}"
+            )
+        if status < 500 and any(w in lowered for w in _CONTEXT_WORDS):
+            return ContextTooLong(
+                status, f"LLM endpoint: the prompt does not fit the model's context ({status}): {said}"
             )
         if status in (408, 409) or status >= 500:
             return EndpointError("server_error", f"LLM endpoint failed ({status}): {said}", retry_after)
@@ -139,8 +181,6 @@ class ChatEndpoint:
             return EndpointError(
                 "refused", f"LLM endpoint refused the request ({status}): {said}", retry_now=False
             )
-        if "response_format" in said.lower() or "json_schema" in said.lower():
-            return ResponseFormatUnsupported(status, f"LLM endpoint does not do JSON-schema output: {said}")
         return RequestRejected(status, f"LLM endpoint rejected the request ({status}): {said}")
 
     def redact(self, text: str) -> str:
@@ -161,6 +201,14 @@ def _said(exc: openai.APIStatusError) -> str:
     return str(exc.message)
 
 
+def _code(exc: openai.APIStatusError) -> str:
+    """The error's machine-readable code, when the endpoint gives one (``context_length_exceeded``)."""
+    body = exc.body
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    code = inner.get("code") if isinstance(inner, dict) else None
+    return code if isinstance(code, str) else ""
+
+
 def retry_after_s(headers: Any) -> float | None:
     """Seconds the endpoint asks us to wait: ``retry-after-ms``, else ``retry-after`` in seconds or
     as an HTTP date."""
@@ -179,8 +227,10 @@ def retry_after_s(headers: Any) -> float | None:
 
 
 __all__ = [
+    "FALLBACK",
     "ChatEndpoint",
     "ChatReply",
+    "ContextTooLong",
     "EndpointError",
     "RequestRejected",
     "ResponseFormatUnsupported",

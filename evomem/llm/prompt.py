@@ -92,6 +92,64 @@ RESPONSE_SCHEMA: dict[str, Any] = {
     },
 }
 
+#: Bounds of a revised or new insight text in the grammar-constrained schema: an insight is a
+#: sentence or two, and a small model left unbounded can repeat itself until its budget runs out.
+SCHEMA_TEXT_CHARS = (12, 300)
+
+
+def _text() -> dict[str, Any]:
+    return {"type": "string", "minLength": SCHEMA_TEXT_CHARS[0], "maxLength": SCHEMA_TEXT_CHARS[1]}
+
+
+def _edit_schema(label: int) -> dict[str, Any]:
+    """One insight's operation; only a REVISE carries a text (the others' is null), so a model
+    spends no tokens on text that would be thrown away."""
+    shapes = [(op, {"type": "null"}) for op in ("KEEP", "ARCHIVE")] + [("REVISE", _text())]
+    return {
+        "anyOf": [
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["insight", "operation", "revised_insight_text"],
+                "properties": {
+                    "insight": {"const": label},
+                    "operation": {"const": op},
+                    "revised_insight_text": text,
+                },
+            }
+            for op, text in shapes
+        ]
+    }
+
+
+def _event_schema(view: EventView) -> dict[str, Any]:
+    add = [(False, {"type": "null"}), (True, _text())]
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["event", "insight_edits", "add_new_insight"],
+        "properties": {
+            "event": {"const": view.number},
+            "insight_edits": {
+                "type": "array",
+                "prefixItems": [_edit_schema(label) for label in view.labels],
+                "items": False,
+            },
+            "add_new_insight": {
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["decision", "new_insight_text"],
+                        "properties": {"decision": {"const": decision}, "new_insight_text": text},
+                    }
+                    for decision, text in add
+                ]
+            },
+        },
+    }
+
+
 INSIGHTS_HEADER = 'INSIGHTS, one JSON object a line: {"insight": <number>, "text": ...}'
 EVENTS_HEADER = (
     'EVENTS, one JSON object a line. Its "insights" are the numbers of the insights '
@@ -138,6 +196,22 @@ class PromptBatch:
         asked = ", ".join(str(v.number) for v in views)
         lines.append(f"Answer for event{'s' if len(views) > 1 else ''} {asked}.")
         return "\n".join(lines)
+
+    def answer_schema(self, numbers: Collection[int]) -> dict[str, Any]:
+        """The answer's JSON Schema for exactly these events: each event's entry in order, its
+        insight numbers fixed, texts bounded. Grammar-constrained endpoints (llama.cpp) enforce it
+        while the model writes, so a small model chooses operations and texts but cannot skip,
+        repeat or invent an event or an insight; strict JSON-schema services take ``RESPONSE_SCHEMA``
+        instead, as they refuse ``const`` and ``prefixItems``."""
+        views = [v for v in self.events if v.number in numbers]
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["events"],
+            "properties": {
+                "events": {"type": "array", "prefixItems": [_event_schema(v) for v in views], "items": False}
+            },
+        }
 
 
 def correction(errors: dict[int, str]) -> str:
@@ -211,6 +285,7 @@ __all__ = [
     "INSIGHTS_HEADER",
     "PROMPT_VERSION",
     "RESPONSE_SCHEMA",
+    "SCHEMA_TEXT_CHARS",
     "SYSTEM_PROMPT",
     "EventView",
     "PromptBatch",

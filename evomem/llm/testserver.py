@@ -5,11 +5,12 @@ KEEP, failed → ARCHIVE, feedback saying "too broad" → REVISE, a proposed ins
 json_schema or json_object mode, with usage counts (the conservative estimate of ``tokens``).
 A caller can plug in its own judge (``LLMTestServer(judge=...)``, same signature as ``judge``): the
 quality benchmark gives it the simulated world's ground truth and an error rate.
-It can be scripted per request with faults: 429 with Retry-After, 500, 503, 400, a response slower
-than the client's timeout, truncated JSON, wrong-shaped JSON, JSON wrapped in prose; and per event:
-unknown insight numbers, or an answer that obeys instructions found in the trajectory. From
-another process, ``POST /_test/faults`` takes a JSON list of faults and ``POST /_test/reset``
-clears them.
+It can refuse json_schema with a 400 or, as llama-cpp-python does, a 500, and refuse a prompt
+longer than a context size. It can be scripted per request with faults: 429 with Retry-After,
+500, 503, 400, a response slower than the client's timeout, truncated JSON, wrong-shaped JSON,
+JSON wrapped in prose; and per event: unknown insight numbers, or an answer that obeys
+instructions found in the trajectory. From another process, ``POST /_test/faults`` takes a JSON
+list of faults and ``POST /_test/reset`` clears them.
 
     python -m evomem.llm.testserver --port 8765 --latency-ms 200
 """
@@ -76,6 +77,8 @@ class Call:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     prompt: str = ""
+    schema: bool = False  # JSON mode carrying a schema (llama-cpp-python's grammar)
+    max_tokens: int | None = None
 
 
 @dataclass
@@ -84,6 +87,8 @@ class _State:
     json_schema: bool
     api_key: str | None
     judge: JudgeFn = field(default_factory=lambda: judge)
+    refusal_status: int = 400  # of a refused json_schema; llama-cpp-python answers 500
+    context_tokens: int | None = None  # the model's context: a longer prompt is refused (400)
     faults: list[Fault] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     in_flight: int = 0
@@ -227,6 +232,8 @@ class _Handler(BaseHTTPRequestHandler):
         messages = body.get("messages") or []
         prompt = "\n".join(str(m.get("content") or "") for m in messages)
         mode = str((body.get("response_format") or {}).get("type", "text"))
+        with_schema = mode == "json_object" and "schema" in (body.get("response_format") or {})
+        max_tokens = body.get("max_tokens")
         insights, events = read_prompt(prompt)
         counter = EstimatedTokens()
         prompt_tokens = sum(counter.count(str(m.get("content") or "")) + 4 for m in messages)
@@ -243,6 +250,8 @@ class _Handler(BaseHTTPRequestHandler):
                         prompt_tokens,
                         completion,
                         prompt,
+                        with_schema,
+                        max_tokens,
                     )
                 )
 
@@ -256,13 +265,25 @@ class _Handler(BaseHTTPRequestHandler):
         if state.stopping.wait(state.latency_s):
             return
         if mode == "json_schema" and not state.json_schema:
+            record(state.refusal_status, None)
+            message = (
+                "response_format of type 'json_schema' is not supported by this server"
+                if state.refusal_status < 500  # llama-cpp-python's 500: its request validation error
+                else "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+                "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}]"
+            )
+            self._send(state.refusal_status, {"error": {"message": message, "param": "response_format"}})
+            return
+        if state.context_tokens is not None and prompt_tokens > state.context_tokens:
             record(400, None)
             self._send(
                 400,
                 {
                     "error": {
-                        "message": "response_format of type 'json_schema' is not supported by this server",
-                        "param": "response_format",
+                        "message": f"This model's maximum context length is {state.context_tokens} tokens. "
+                        f"However, you requested {prompt_tokens} tokens.",
+                        "code": "context_length_exceeded",
+                        "param": "messages",
                     }
                 },
             )
@@ -417,12 +438,21 @@ class LLMTestServer:
         with self.state.lock:
             self.state.faults.extend(faults)
 
-    def reset(self, latency_s: float | None = None, json_schema: bool | None = None) -> None:
-        """No faults, no calls recorded; optionally another latency or JSON-schema support."""
+    def reset(
+        self,
+        latency_s: float | None = None,
+        json_schema: bool | None = None,
+        refusal_status: int = 400,
+        context_tokens: int | None = None,
+    ) -> None:
+        """No faults, no calls recorded; optionally another latency, JSON-schema support (refused
+        with ``refusal_status``) or context size."""
         with self.state.lock:
             self.state.faults.clear()
             self.state.calls.clear()
             self.state.max_in_flight = 0
+            self.state.refusal_status = refusal_status
+            self.state.context_tokens = context_tokens
             if latency_s is not None:
                 self.state.latency_s = latency_s
             if json_schema is not None:
@@ -459,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-json-schema", action="store_true", help="refuse response_format json_schema (400)"
     )
+    parser.add_argument(
+        "--refusal-status", type=int, default=400, help="status of that refusal (llama-cpp-python: 500)"
+    )
     parser.add_argument("--api-key", help="require this bearer key")
     args = parser.parse_args(argv)
     server = LLMTestServer(
@@ -466,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
+    server.state.refusal_status = args.refusal_status
     server.start()
     print(f"evomem LLM test server on {server.url} (EVOMEM_LLM_BASE_URL={server.url})", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
