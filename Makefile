@@ -51,10 +51,10 @@ format: install
 	$(BIN)/ruff check --fix .
 
 bench: install           ## benchmarks; figures printed and merged into bench/results.json
-	$(BIN)/evomem bench
-	$(BIN)/python -m evomem.bench_pipeline
-	$(BIN)/python -m evomem.bench_llm
-	$(BIN)/python -m evomem.bench_http
+	$(BIN)/python -m bench.retrieval
+	$(BIN)/python -m bench.pipeline
+	$(BIN)/python -m bench.llm
+	$(BIN)/python -m bench.http
 	$(BIN)/python -m bench.growth
 
 bench-growth: install    ## cost per task as the memory learns (10k and 100k tasks), and the hot insight

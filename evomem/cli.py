@@ -15,9 +15,9 @@ from typing import Any
 
 from evomem.errors import EvomemError, InvalidEventError, StoreLockedError
 from evomem.logs import configure_logging
-from evomem.memory import InsightView, Memory
 from evomem.ops import progress
-from evomem.remote import RemoteMemory
+from evomem.sdk.local import InsightView, Memory
+from evomem.sdk.remote import RemoteMemory
 from evomem.settings import Settings
 from schemas import TaskEvent
 
@@ -93,7 +93,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             try:
                 event = TaskEvent.model_validate_json(raw)
             except ValueError as exc:
-                from evomem.stream import reason_of
+                from evomem.adapters.redis.events import reason_of
 
                 reason, fld = reason_of(exc)
                 raise InvalidEventError(fld or "event", reason) from None
@@ -219,7 +219,7 @@ DEAD_LETTERS_SHOWN, DEAD_LETTER_CHARS = 3, 400
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from evomem.llm.usage import summary as llm_usage
+    from evomem.adapters.llm.usage import summary as llm_usage
 
     with _open() as mem:
         stats = mem.stats()
@@ -300,9 +300,9 @@ def _serve_worker_metrics(settings: Settings, port: int) -> None:
     import atexit
     import shutil
 
+    from evomem.adapters.redis.connection import connect
     from evomem.ops import worker_metrics
-    from evomem.redis_server import connect
-    from evomem.worker import redis_url
+    from evomem.pipeline.worker import redis_url
 
     directory = worker_metrics.prepare_multiprocess(settings)
     atexit.register(shutil.rmtree, directory, True)
@@ -364,7 +364,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
     """API tokens made at run time; the service and the MCP server pick them up without a restart."""
     from dataclasses import asdict
 
-    from evomem.tenancy.tokens import TokenStore
+    from evomem.adapters.redis.tokens import TokenStore
 
     with _open() as mem:
         store = TokenStore(mem.redis)
@@ -397,7 +397,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 
 def cmd_settings(args: argparse.Namespace) -> int:
     """Settings a namespace overrides (λ, budget, scoring, archive policy and ratio, k, hops)."""
-    from evomem.tenancy.overrides import OVERRIDABLE
+    from evomem.adapters.redis.overrides import OVERRIDABLE
 
     with _open() as mem:
         store = mem.namespace_settings
@@ -465,7 +465,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from evomem.transfer import export, write_jsonl
+    from evomem.adapters.redis.transfer import export, write_jsonl
 
     with _open() as mem:
         namespaces = args.namespace or sorted(mem.graph.namespaces())
@@ -485,7 +485,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from evomem.transfer import import_jsonl
+    from evomem.adapters.redis.transfer import import_jsonl
 
     text = _read_text(args.file)
     lines: Any = io.StringIO(text)
@@ -545,7 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, module, help_ in (
         ("demo", "evomem.demo", "run a simulated agent fleet on an embedded memory"),
-        ("bench", "evomem.bench", "measure retrieval and report latency"),
+        ("bench", "bench.retrieval", "measure retrieval and report latency"),
     ):
         sp = sub.add_parser(name, help=help_, add_help=False)
         sp.set_defaults(func=_delegate(module, f"evomem {name}"), delegated=True)

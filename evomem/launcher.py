@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from evomem.redis_server import EmbeddedRedis
+from evomem.adapters.redis.connection import EmbeddedRedis
 from evomem.settings import Settings
 
 STOP_TIMEOUT_S = 30.0

@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("EVOMEM_LLM_API_KEY", "OPENAI_API_KEY", "llm_api_key")
     )
-    # The LLM controller (evomem/llm). Retries are the worker's: the openai client's own stay at 0.
+    # The LLM controller (evomem/adapters/llm). Retries are the worker's: the openai client's own stay at 0.
     llm_timeout_s: float = Field(30.0, gt=0, description="timeout of one LLM request")
     llm_max_tokens: int = Field(4096, ge=64, description="most completion tokens of one LLM call")
     llm_completion_tokens_per_event: int = Field(

@@ -10,12 +10,12 @@ from typing import Any
 
 import redis
 
-from evomem.editing import added_insight_id, plan_edits
-from evomem.llm.testserver import LLMTestServer
+from evomem.adapters.redis.events import EventStream
+from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.core.editing import added_insight_id, plan_edits
+from evomem.pipeline.worker import ConsolidationWorker
 from evomem.settings import Settings
-from evomem.stores.redis_graph import RedisGraphStore
-from evomem.stream import EventStream
-from evomem.worker import ConsolidationWorker
+from evomem.testing.llm_server import LLMTestServer
 from schemas import AddDecision, ControllerDecision, InsightNode, TaskEvent
 from schemas.models import utcnow
 

@@ -18,7 +18,7 @@ from bench.quality.arms import append_only_arm, default_arm
 from bench.quality.judge import explicit_verdict, llm_judge
 from bench.quality.worlds import WORLDS, World
 from evomem import Memory, Settings
-from evomem.llm.testserver import LLMTestServer
+from evomem.testing.llm_server import LLMTestServer
 
 
 def test_quality_bench_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from evomem import bench, bench_http
+from bench import http as bench_http
+from bench import retrieval as bench
 
 SCENARIO_KEYS = {
     "name",

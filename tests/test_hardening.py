@@ -24,8 +24,8 @@ import redis
 from pipeline_helpers import FAST, wait_for
 
 from evomem import EvomemError, InvalidEventError, Memory, NotFoundError, Settings, StoreError, keys
-from evomem.redis_server import EmbeddedRedis, connect
-from evomem.stream import EventStream
+from evomem.adapters.redis.connection import EmbeddedRedis, connect
+from evomem.adapters.redis.events import EventStream
 
 CLI = [sys.executable, "-m", "evomem.cli"]
 

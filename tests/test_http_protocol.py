@@ -17,7 +17,7 @@ from pipeline_helpers import wait_for
 from pydantic import SecretStr
 
 from evomem import Settings
-from evomem.remote import RemoteMemory
+from evomem.sdk.remote import RemoteMemory
 from evomem.service.server import EvomemHTTPServer, build_server
 
 TOKENS = "tok-alpha=alpha;tok-beta=beta"
@@ -369,7 +369,7 @@ def test_answers_are_not_held_back_by_nagles_algorithm(server: EvomemHTTPServer)
 
 
 def test_staleness_is_not_zero_while_redis_is_unreachable(tmp_path: Any) -> None:
-    from evomem.redis_server import EmbeddedRedis
+    from evomem.adapters.redis.connection import EmbeddedRedis
 
     own = EmbeddedRedis(tmp_path / "redis")
     settings = Settings(data_dir=tmp_path / "data", redis_url=own.ensure(), http_port=0)

@@ -19,10 +19,10 @@ from llm_helpers import (
     snapshot,
 )
 
+from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.errors import TransientError
-from evomem.llm.testserver import Fault, LLMTestServer
-from evomem.stores.redis_graph import RedisGraphStore
-from evomem.worker import ConsolidationWorker
+from evomem.pipeline.worker import ConsolidationWorker
+from evomem.testing.llm_server import Fault, LLMTestServer
 
 NS = "faults"
 TEXTS = [

@@ -17,11 +17,11 @@ from llm_helpers import (
     snapshot,
 )
 
-from evomem.controllers import DecisionInput
-from evomem.llm.prompt import build_batch
-from evomem.llm.testserver import Fault, LLMTestServer, read_prompt
-from evomem.llm.tokens import EstimatedTokens
-from evomem.worker import ConsolidationWorker
+from evomem.adapters.llm.prompt import build_batch
+from evomem.adapters.llm.tokens import EstimatedTokens
+from evomem.core.decisions import DecisionInput
+from evomem.pipeline.worker import ConsolidationWorker
+from evomem.testing.llm_server import Fault, LLMTestServer, read_prompt
 from schemas import TaskEvent
 
 NS, OTHER = "victim", "bystander"

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from evomem import EvomemError, InvalidEventError, Settings, keys
+from evomem.adapters.redis.transfer import export
 from evomem.service.server import EvomemHTTPServer, build_server
-from evomem.transfer import export
 
 TOKENS = "tok-evil=evil,evil2;tok-victim=victim"
 VICTIM_LESSON = "Check the vehicle class first."

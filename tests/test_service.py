@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from evomem import InvalidEventError, Memory, NotFoundError, Settings, StoreLockedError
-from evomem.redis_server import EmbeddedRedis
-from evomem.remote import RemoteMemory
+from evomem.adapters.redis.connection import EmbeddedRedis
+from evomem.sdk.remote import RemoteMemory
 from evomem.service.server import EvomemHTTPServer, build_server
 
 TOKENS = "tok-alpha=alpha;tok-beta=beta;tok-admin=*"

@@ -14,9 +14,10 @@ import redis
 from pipeline_helpers import wait_for
 
 from evomem import InvalidEventError, Memory, Settings
+from evomem.adapters.redis.overrides import NamespaceSettings
+from evomem.adapters.redis.tokens import TokenStore
 from evomem.cli import main
 from evomem.service.server import EvomemHTTPServer, build_server
-from evomem.tenancy import NamespaceSettings, TokenStore
 
 WAIT_S = 20.0
 
@@ -192,7 +193,7 @@ def test_namespace_archive_policy_takes_effect_in_worker_consolidation(
     settings: Settings, redis_client: redis.Redis
 ) -> None:
     """The workers' consolidation reads each event's namespace's archive policy and ratio."""
-    from evomem.worker import ConsolidationWorker
+    from evomem.pipeline.worker import ConsolidationWorker
 
     query = "Verify: Mohra is a car"
     NamespaceSettings(redis_client, settings).set("strict", {"archive_policy": "immediate"})

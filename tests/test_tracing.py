@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pipeline_helpers import Workers, wait_for
 
 from evomem import Memory, Settings, TaskEvent
-from evomem.remote import RemoteMemory
+from evomem.sdk.remote import RemoteMemory
 from evomem.service.server import build_server
 
 _exporter = InMemorySpanExporter()

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from evomem import Memory, Settings
 from evomem.ops.worker_metrics import scrape_registry, worker_metrics
+from evomem.pipeline.worker import ConsolidationWorker
 from evomem.service.server import EvomemHTTPServer, build_server
-from evomem.worker import ConsolidationWorker
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "evomem-dashboard.json"
 

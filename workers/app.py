@@ -10,8 +10,8 @@ from typing import Any
 
 from celery import Celery
 
+from evomem.pipeline.worker import redis_url
 from evomem.settings import Settings
-from evomem.worker import redis_url
 
 QUEUE = "evomem.consolidate"
 

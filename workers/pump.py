@@ -13,10 +13,10 @@ from typing import Any
 import redis
 from celery import bootsteps
 
+from evomem.adapters.redis.connection import Client, connect
+from evomem.adapters.redis.events import EventStream
 from evomem.logs import get_logger
-from evomem.redis_server import Client, connect
-from evomem.stream import EventStream
-from evomem.worker import redis_url
+from evomem.pipeline.worker import redis_url
 from workers.app import QUEUE, settings_of
 
 log = get_logger("evomem.pump")

@@ -1,4 +1,4 @@
-"""Celery tasks: thin, each calls the library and returns. The logic is in ``evomem.worker``."""
+"""Celery tasks: thin, each calls the library and returns. The logic is in ``evomem.pipeline.worker``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from celery import signals
 
 from evomem.ops import tracing
-from evomem.worker import ConsolidationWorker
+from evomem.pipeline.worker import ConsolidationWorker
 from workers.app import app, settings_of
 
 _worker: ConsolidationWorker | None = None

@@ -31,7 +31,7 @@ from bench.quality.arms import ARMS, append_only_arm, default_arm, default_scori
 from bench.quality.plot import MOVING_AVERAGE, plot
 from bench.quality.run import CONSOLIDATE_EVERY, NAMESPACE, Job, run_job
 from bench.quality.worlds import WORLDS, WorldSpec
-from evomem.bench import merge_results
+from bench.retrieval import merge_results
 from evomem.settings import Settings
 
 RESULTS_KEY = "quality"

@@ -12,9 +12,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from evomem.errors import EvomemError, InvalidEventError, NotFoundError
-from evomem.memory import Memory, check_namespace
-from evomem.remote import RemoteMemory
-from evomem.retriever import Retrieval
+from evomem.pipeline.retrieve import Retrieval
+from evomem.sdk.local import Memory, check_namespace
+from evomem.sdk.remote import RemoteMemory
 from evomem.service.auth import Forbidden, Principal
 from schemas.models import MAX_INSIGHT_CHARS
 

@@ -27,14 +27,14 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from evomem.adapters.redis.tokens import TokenStore
 from evomem.errors import ConfigError, EvomemError, StoreLockedError
 from evomem.logs import get_logger
 from evomem.mcp.backend import Backend, InsightOut, ReportOut, RetrieveOut, VerdictIn, describe
-from evomem.memory import Memory
-from evomem.remote import RemoteMemory
+from evomem.sdk.local import Memory
+from evomem.sdk.remote import RemoteMemory
 from evomem.service.auth import OPEN, Principal, TokenAuth, Unauthorized
 from evomem.settings import Settings
-from evomem.tenancy.tokens import TokenStore
 
 log = get_logger("evomem.mcp")
 

@@ -26,8 +26,8 @@ from prometheus_client.registry import Collector
 from evomem.logs import get_logger
 
 if TYPE_CHECKING:
-    from evomem.consolidation import ConsolidationReport
-    from evomem.redis_server import Client
+    from evomem.adapters.redis.connection import Client
+    from evomem.pipeline.consolidate import ConsolidationReport
     from evomem.settings import Settings
 
 log = get_logger("evomem.worker.metrics")
@@ -99,8 +99,8 @@ class FleetCollector(Collector):
         self.settings = settings
 
     def collect(self) -> Iterator[Any]:
-        from evomem.llm.usage import summary
-        from evomem.stream import EventStream
+        from evomem.adapters.llm.usage import summary
+        from evomem.adapters.redis.events import EventStream
 
         up = GaugeMetricFamily("evomem_worker_redis_up", "1 while the worker's Redis answers a scrape.")
         try:

@@ -14,7 +14,7 @@ import redis
 from evomem import keys
 from evomem.errors import NotFoundError, TransientError
 from evomem.logs import get_logger
-from evomem.memory import Memory
+from evomem.sdk.local import Memory
 from evomem.service.api import (
     EventAccepted,
     InsightResponse,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from evomem.errors import ConfigError, EvomemError
 
 if TYPE_CHECKING:
-    from evomem.tenancy.tokens import TokenStore
+    from evomem.adapters.redis.tokens import TokenStore
 
 ALL = "*"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import redis
 from pydantic import ValidationError
 
+from evomem.adapters.redis.events import reason_of
 from evomem.errors import (
     EvomemError,
     InvalidEventError,
@@ -14,7 +15,6 @@ from evomem.errors import (
     TransientError,
 )
 from evomem.service.auth import Forbidden, Unauthorized
-from evomem.stream import reason_of
 
 
 class HTTPError(EvomemError):

@@ -16,14 +16,14 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from evomem.adapters.redis.tokens import TokenStore
 from evomem.errors import ConfigError
 from evomem.logs import get_logger
-from evomem.memory import Memory
+from evomem.sdk.local import Memory
 from evomem.service.app import RetrievalService
 from evomem.service.auth import TokenAuth
 from evomem.service.routes import Api, create_app
 from evomem.settings import Settings
-from evomem.tenancy.tokens import TokenStore
 
 log = get_logger("evomem.service")
 

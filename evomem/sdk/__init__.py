@@ -1,0 +1,1 @@
+"""The SDK: a memory in this process (``local``) or a client of a retrieval service (``remote``)."""
