@@ -23,7 +23,8 @@ from typing import Any, TextIO
 
 from bench.probes import Progress, ProjectionTimer, rss_mb
 from evomem import Memory
-from evomem.adapters.redis.transfer import FORMAT, import_jsonl
+from evomem.adapters.redis.transfer import import_jsonl
+from evomem.pipeline.transfer import FORMAT
 
 NAMESPACE = "hot"
 FAMILIES = ("A", "B")

@@ -13,6 +13,7 @@ import cProfile
 import gc
 import io
 import json
+import logging
 import os
 import pstats
 import shutil
@@ -27,20 +28,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
-from unittest import mock
 
 import numpy as np
 from pydantic import SecretStr
 
 from bench import retrieval as bench
-from evomem import keys
+from evomem import Memory, keys
 from evomem.adapters.redis.connection import EmbeddedRedis
-from evomem.core.retrieval import rank_insights
 from evomem.errors import TransientError
 from evomem.ops.progress import add_flag, wanted
-from evomem.pipeline import retrieve as retriever_module
-from evomem.sdk.local import Memory
-from evomem.service.routes import RequestRecord, current_request
 from evomem.service.server import EvomemHTTPServer, build_server
 from evomem.settings import Settings
 
@@ -451,7 +447,7 @@ class Target:
 
 @contextlib.contextmanager
 def running_server(settings: Settings, mem: Memory) -> Iterator[EvomemHTTPServer]:
-    server = build_server(settings, mem)
+    server = build_server(settings, mem.runtime)
     thread = threading.Thread(target=server.serve_forever, daemon=True, name="bench-http-server")
     thread.start()
     try:
@@ -614,10 +610,9 @@ def measure_in_process(
 
 
 # --------------------------------------------------------------------------------------------------
-# The profile of one request: the service's own stage timings (``RequestRecord.stages_ns``, handed
-# to the request hooks) with the retriever's steps added through ``routes.current_request`` by
-# proxies around the retriever's collaborators, paired with what the client saw for the same
-# request; then a cProfile of the event loop and of the worker thread.
+# The profile of one request: the stage timings the service writes in each request's canonical log
+# line (``request.served``: its own stages and the retriever's), read by a logging handler and paired
+# with what the client saw for the same request; then a cProfile of the event loop.
 
 SERVER_STAGES = (
     "auth",
@@ -629,7 +624,6 @@ SERVER_STAGES = (
     "candidates",
     "rank",
     "retrieve_other",
-    "response_build",
     "serialise",
     "thread_hop",
     "server_other",
@@ -637,76 +631,48 @@ SERVER_STAGES = (
 _RETRIEVE_STEPS = ("embed", "similar", "expand", "candidates", "rank")
 
 
-def _add_stage(stage: str, ns: int) -> None:
-    record = current_request.get()
-    if record is not None:  # calls outside a request (the projector, the record writer) are not counted
-        record.stages_ns[stage] = record.stages_ns.get(stage, 0) + ns
+class RequestLines(logging.Handler):
+    """Collects the ``request.served`` lines of the service (``evomem.service`` at INFO while it is
+    attached); ``on_line`` is told of each, on the event loop, before its answer is sent."""
 
+    def __init__(self, on_line: Callable[[dict[str, Any]], None] | None = None) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[dict[str, Any]] = []
+        self.on_line = on_line
 
-def _timed(stage: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    clock = time.perf_counter_ns
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        t0 = clock()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _add_stage(stage, clock() - t0)
-
-    return wrapper
-
-
-class _TimedProxy:
-    """Stands in for a collaborator of the retriever and times the named methods."""
-
-    def __init__(self, target: Any, stages: dict[str, str]) -> None:
-        self._target, self._stages = target, stages
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._target, name)
-        stage = self._stages.get(name)
-        return _timed(stage, attr) if stage else attr
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() != "request.served":
+            return
+        line = {k: v for k, v in record.__dict__.items() if k in ("route", "status") or k.endswith("_ms")}
+        self.lines.append(line)
+        if self.on_line is not None:
+            self.on_line(line)
 
 
 @contextlib.contextmanager
-def instrumented(server: EvomemHTTPServer, records: list[RequestRecord]) -> Iterator[None]:
-    """Every retrieve request's record appended to ``records``, with the retriever's steps in it."""
-    retriever = server.service.memory.retriever
-    hook = records.append
-    with contextlib.ExitStack() as stack:
-        patch = stack.enter_context
-        patch(mock.patch.object(retriever, "retrieve", _timed("_retrieve_total", retriever.retrieve)))
-        patch(mock.patch.object(retriever, "embedder", _TimedProxy(retriever.embedder, {"embed": "embed"})))
-        patch(
-            mock.patch.object(
-                retriever,
-                "index",
-                _TimedProxy(
-                    retriever.index, {"search_queries": "similar", "candidate_insights": "candidates"}
-                ),
-            )
-        )
-        patch(mock.patch.object(retriever, "graph", _TimedProxy(retriever.graph, {"neighbours": "expand"})))
-        patch(mock.patch.object(retriever_module, "rank_insights", _timed("rank", rank_insights)))
-        server.api.hooks.append(hook)
-        try:
-            yield
-        finally:
-            server.api.hooks.remove(hook)
+def request_lines(on_line: Callable[[dict[str, Any]], None] | None = None) -> Iterator[RequestLines]:
+    logger = logging.getLogger("evomem.service")
+    handler, level = RequestLines(on_line), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
-def _stage_rows(records: list[RequestRecord]) -> list[dict[str, int]]:
-    """Request records → the SERVER_STAGES, each request's stages summing to its total."""
+def _stage_rows(lines: list[dict[str, Any]]) -> list[dict[str, int]]:
+    """Canonical lines → the SERVER_STAGES (ns), each request's stages summing to its total."""
     rows = []
-    for rec in records:
-        r = rec.stages_ns
+    for line in lines:
+        r = {k[: -len("_ms")]: round(float(v) * 1e6) for k, v in line.items() if k.endswith("_ms")}
         row = {k: r.get(k, 0) for k in ("auth", "read_body", "validate", "serialise")}
         for k in _RETRIEVE_STEPS:
             row[k] = r.get(k, 0)
-        row["retrieve_other"] = r.get("_retrieve_total", 0) - sum(r.get(k, 0) for k in _RETRIEVE_STEPS)
-        row["response_build"] = r.get("retrieve", 0) - r.get("_retrieve_total", 0)
+        row["retrieve_other"] = r.get("retrieve", 0) - sum(r.get(k, 0) for k in _RETRIEVE_STEPS)
         row["thread_hop"] = r.get("work", 0) - sum(r.get(k, 0) for k in ("validate", "retrieve", "serialise"))
-        row["server_total"] = rec.total_ns
+        row["server_total"] = r.get("total", 0)
         row["server_other"] = row["server_total"] - sum(row[k] for k in SERVER_STAGES if k != "server_other")
         rows.append(row)
     return rows
@@ -716,11 +682,10 @@ def profile_requests(
     server: EvomemHTTPServer, gen: LoadGenerator, variant: str, tasks: list[Task], warmup: int
 ) -> dict[str, Any]:
     """One request at a time from the load generator; each request's server steps beside its latency."""
-    records: list[RequestRecord] = []
-    with instrumented(server, records):
+    with request_lines() as lines:
         raw = gen.run(_target(server), tasks, concurrency=1, warmup=warmup, max_seconds=120)
-    # the hooks run before each answer is sent: every record is in by the time the client is done
-    rows = _stage_rows([r for r in records if r.route == "retrieve"][warmup + 1 :])
+    # a line is written before its answer is sent: every one is in by the time the client is done
+    rows = _stage_rows([r for r in lines.lines if r["route"] == "retrieve"][warmup + 1 :])
     client: list[int] = raw["latencies_ns"]
     if len(rows) != len(client):  # one record per request, in order, or the pairing below is off
         raise RuntimeError(f"{len(rows)} server records for {len(client)} timed requests")
@@ -783,18 +748,17 @@ def cprofile_requests(
     seen = {"n": 0}
     n = len(tasks) - warmup
 
-    def hook(record: RequestRecord) -> None:  # runs on the event loop, as each answer is ready
+    def on_line(_: dict[str, Any]) -> None:  # on the event loop, as each answer is ready
         seen["n"] += 1
         if seen["n"] == warmup + 1:
             loop_prof.enable()
         elif seen["n"] == warmup + 1 + n:
             loop_prof.disable()
 
-    server.api.hooks.append(hook)
     try:
-        raw = gen.run(_target(server), tasks, concurrency=1, warmup=warmup, max_seconds=120)
+        with request_lines(on_line):
+            raw = gen.run(_target(server), tasks, concurrency=1, warmup=warmup, max_seconds=120)
     finally:
-        server.api.hooks.remove(hook)
         with contextlib.suppress(Exception):
             loop_prof.disable()
     stats = pstats.Stats(loop_prof)

@@ -28,7 +28,7 @@ from evomem.adapters.llm import usage
 from evomem.adapters.redis.connection import EmbeddedRedis, connect
 from evomem.adapters.redis.events import EventStream
 from evomem.adapters.redis.graph import RedisGraphStore
-from evomem.pipeline.worker import ConsolidationWorker
+from evomem.runtime import open_worker
 from evomem.settings import Settings
 from evomem.testing.llm_server import LLMTestServer
 from schemas import TaskEvent
@@ -118,7 +118,7 @@ def _consolidate(settings: Settings, client: Any, events: list[TaskEvent]) -> tu
     stream = EventStream(client)
     for e in events:
         stream.publish(e)
-    worker = ConsolidationWorker(settings, client, consumer=f"bench-{uuid.uuid4().hex[:6]}")
+    worker = open_worker(settings, client, consumer=f"bench-{uuid.uuid4().hex[:6]}")
     started, applied = time.perf_counter(), 0
     while True:
         report = worker.run_batch(block_ms=0)

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.retrieval import merge_results
-from evomem.adapters.redis.connection import Client, EmbeddedRedis
+from evomem import Memory
+from evomem.adapters.redis.connection import Client, EmbeddedRedis, connect
+from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.core.editing import added_insight_id
-from evomem.pipeline.worker import ConsolidationWorker
-from evomem.sdk.local import Memory
+from evomem.runtime import open_worker
 from evomem.settings import Settings
 from schemas import TaskEvent
 
@@ -170,10 +171,11 @@ def run(args: argparse.Namespace) -> int:
         server = EmbeddedRedis(workdir / "data")
         url = server.ensure()
         settings = Settings(data_dir=workdir / "data", redis_url=url)
+        client = connect(url)
         try:
-            worker = ConsolidationWorker.open(settings)
+            worker = open_worker(settings, client)
             _publish(
-                worker.redis,
+                client,
                 [
                     TaskEvent(
                         namespace="bench",
@@ -185,11 +187,11 @@ def run(args: argparse.Namespace) -> int:
                 ],
             )
             worker.drain(60)
-            hot = sorted(worker.graph.insight_ids("bench"))
+            hot = sorted(RedisGraphStore(client).insight_ids("bench"))
 
             # one consumer in this process, no Celery: what the library does per process
             events = _events(random.Random(1), "bench", hot, args.events)
-            _publish(worker.redis, events)
+            _publish(client, events)
             started = time.perf_counter()
             report = worker.drain(600, block_ms=0)
             elapsed = time.perf_counter() - started
@@ -206,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
 
             out["throughput"] = []
             for n, k in enumerate(counts):
-                row = _throughput(url, worker.redis, workdir, k, args.events, hot, seed=10 + n)
+                row = _throughput(url, client, workdir, k, args.events, hot, seed=10 + n)
                 out["throughput"].append(row)
                 print(
                     f"{k} worker process(es)     {row['events_per_s']:>9.0f} events/s "

@@ -33,13 +33,12 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from evomem import keys
+from evomem import Memory, keys
 from evomem.core.editing import EditPlan, PlannedEdit, text_key
 from evomem.core.ports import RetrievalRecord
 from evomem.core.retrieval import candidates_from_queries, expand_neighbours, rank_insights
 from evomem.ops.progress import Progress, add_flag, wanted
 from evomem.pipeline.retrieve import Retrieval, Retriever
-from evomem.sdk.local import Memory
 from evomem.settings import Settings
 
 RESULTS_SCHEMA = 1
@@ -679,7 +678,7 @@ def bench_size(
         # two are compared within one run (the records are not written: reports refer to the first)
         other = "count" if settings.scoring == "weighted" else "weighted"
         alt_settings = settings.model_copy(update={"scoring": other})
-        alt = Retriever(mem.graph, mem.retriever.index, mem.embedder, alt_settings)
+        alt = Retriever(mem.graph, mem.retriever.index, mem.runtime.embedder, alt_settings)
 
         def retrieve(i: int) -> None:
             ns, text = tasks[i]

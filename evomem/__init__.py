@@ -13,7 +13,7 @@ from evomem.errors import (
 )
 from evomem.pipeline.consolidate import ConsolidationReport
 from evomem.pipeline.retrieve import Retrieval
-from evomem.sdk.local import InsightView, Memory
+from evomem.sdk import InsightView, Memory
 from evomem.settings import Settings
 from schemas import TaskEvent
 

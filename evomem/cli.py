@@ -16,8 +16,7 @@ from typing import Any
 from evomem.errors import EvomemError, InvalidEventError, StoreLockedError
 from evomem.logs import configure_logging
 from evomem.ops import progress
-from evomem.sdk.local import InsightView, Memory
-from evomem.sdk.remote import RemoteMemory
+from evomem.sdk import InsightView, Memory, RemoteMemory
 from evomem.settings import Settings
 from schemas import TaskEvent
 
@@ -93,7 +92,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             try:
                 event = TaskEvent.model_validate_json(raw)
             except ValueError as exc:
-                from evomem.adapters.redis.events import reason_of
+                from evomem.errors import reason_of
 
                 reason, fld = reason_of(exc)
                 raise InvalidEventError(fld or "event", reason) from None
@@ -219,11 +218,9 @@ DEAD_LETTERS_SHOWN, DEAD_LETTER_CHARS = 3, 400
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from evomem.adapters.llm.usage import summary as llm_usage
-
     with _open() as mem:
         stats = mem.stats()
-        stats["llm"] = llm_usage(mem.redis, mem.settings)
+        stats["llm"] = mem.runtime.llm_usage()
         # why events die, where an operator looks first: the newest reasons (with the model's answer)
         stats["recent_dead_letters"] = [
             {k: d[k] for k in ("id", "reason", "deliveries", "at")}
@@ -300,13 +297,12 @@ def _serve_worker_metrics(settings: Settings, port: int) -> None:
     import atexit
     import shutil
 
-    from evomem.adapters.redis.connection import connect
     from evomem.ops import worker_metrics
-    from evomem.pipeline.worker import redis_url
+    from evomem.runtime import connect_redis, fleet_reader
 
     directory = worker_metrics.prepare_multiprocess(settings)
     atexit.register(shutil.rmtree, directory, True)
-    registry = worker_metrics.scrape_registry(connect(redis_url(settings)), settings, directory)
+    registry = worker_metrics.scrape_registry(fleet_reader(connect_redis(settings), settings), directory)
     server, _ = worker_metrics.serve(registry, settings.http_host, port)
     print(f"worker metrics on http://{settings.http_host}:{server.server_port}/metrics", flush=True)
 
@@ -364,10 +360,8 @@ def cmd_tokens(args: argparse.Namespace) -> int:
     """API tokens made at run time; the service and the MCP server pick them up without a restart."""
     from dataclasses import asdict
 
-    from evomem.adapters.redis.tokens import TokenStore
-
     with _open() as mem:
-        store = TokenStore(mem.redis)
+        store = mem.runtime.tokens
         if args.action == "create":
             namespaces = ["*"] if args.all else args.namespace
             token, record = store.create(namespaces, args.name or "")
@@ -397,7 +391,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 
 def cmd_settings(args: argparse.Namespace) -> int:
     """Settings a namespace overrides (λ, budget, scoring, archive policy and ratio, k, hops)."""
-    from evomem.adapters.redis.overrides import OVERRIDABLE
+    from evomem.settings import OVERRIDABLE
 
     with _open() as mem:
         store = mem.namespace_settings
@@ -465,7 +459,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from evomem.adapters.redis.transfer import export, write_jsonl
+    from evomem.pipeline.transfer import export, write_jsonl
 
     with _open() as mem:
         namespaces = args.namespace or sorted(mem.graph.namespaces())
@@ -485,14 +479,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from evomem.adapters.redis.transfer import import_jsonl
-
     text = _read_text(args.file)
     lines: Any = io.StringIO(text)
     if progress.wanted(args.progress):
         lines = progress.iterate(lines, "import", text.count("\n") + (not text.endswith("\n")), True)
     with _open() as mem:
-        counts = import_jsonl(mem.redis, lines)
+        counts = mem.runtime.import_records(lines)
     print(
         f"imported {counts['queries']} queries and {counts['insights']} insights; "
         f"{counts['skipped']} already present"
@@ -692,7 +684,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def explain(exc: BaseException) -> tuple[str, int]:
     """A one-line message and an exit status for an error that ends a command."""
-    import redis
     from pydantic import ValidationError
 
     if isinstance(exc, KeyboardInterrupt):
@@ -705,12 +696,6 @@ def explain(exc: BaseException) -> tuple[str, int]:
         err = exc.errors()[0]
         name = "EVOMEM_" + "_".join(str(p) for p in err["loc"]).upper() if err["loc"] else "EVOMEM_*"
         return f"invalid setting {name}: {err['msg']}", 2
-    if isinstance(exc, redis.AuthenticationError) or (
-        isinstance(exc, redis.ResponseError) and str(exc).startswith(("WRONGPASS", "NOAUTH"))
-    ):
-        return "redis refused the credentials of EVOMEM_REDIS_URL", 1
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-        return f"redis unreachable: {exc}", 1
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror or exc}{where}", 1

@@ -24,7 +24,7 @@ from typing import Any
 from evomem.core.ports import EditRecord
 from evomem.errors import ConfigError, EvomemError
 from evomem.ops.progress import Progress, add_flag, wanted
-from evomem.sdk.local import Memory
+from evomem.sdk import Memory
 from evomem.settings import ArchivePolicy, OperationsMode, Settings
 from schemas import InsightNode
 
@@ -534,10 +534,8 @@ def simulate(
                 "outcomes": dict(a.outcome_counts),
             }
         if judge is not None:
-            from evomem.adapters.llm.usage import summary as llm_usage
-
             llm = {
-                **llm_usage(maintained.redis, maintained.settings),
+                **maintained.runtime.llm_usage(),
                 "endpoint": judge.label,
                 "events_applied": arms[0].applied,
                 "events_dead_lettered": arms[0].dead_lettered,

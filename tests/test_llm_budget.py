@@ -19,7 +19,7 @@ from llm_helpers import (
 from evomem.adapters.llm.client import EndpointError, retry_after_s
 from evomem.adapters.llm.ratelimit import RateLimiter
 from evomem.adapters.llm.usage import event_usage, summary
-from evomem.pipeline.worker import ConsolidationWorker
+from evomem.runtime import open_worker
 from evomem.testing.llm_server import LLMTestServer
 
 
@@ -94,7 +94,7 @@ def test_a_worker_over_its_request_budget_leaves_the_rest_pending(
         llm_concurrency=1,
         batch_time_limit_s=2.0,
     )
-    worker = ConsolidationWorker(settings, redis_client, consumer="w1")
+    worker = open_worker(settings, redis_client, consumer="w1")
     worker.consolidator.controller.limiter.sleep = lambda _s: None  # type: ignore[attr-defined]
     ids = seed(redis_client, "ns", ["An insight."])
     events = [publish(redis_client, "ns", f"task {i}", "resolved", ids) for i in range(3)]
@@ -111,7 +111,7 @@ def test_usage_is_counted_per_event_operation_and_model_with_an_estimated_cost(
     settings = llm_settings(
         tmp_path, redis_url, llm_server, llm_price_prompt_per_1k=0.5, llm_price_completion_per_1k=2.0
     )
-    worker = ConsolidationWorker(settings, redis_client, consumer="w1")
+    worker = open_worker(settings, redis_client, consumer="w1")
     ids = seed(redis_client, "ns", ["An insight.", "Another one."])
     llm_server.add_fault(Fault("unknown_ids", match="task 2", times=1))
     events = [publish(redis_client, "ns", f"task {i}", "failed", ids) for i in range(5)]

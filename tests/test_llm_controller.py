@@ -14,8 +14,9 @@ from evomem.adapters.llm.answers import DuplicateCheck, read_answer
 from evomem.adapters.llm.controller import LLMController
 from evomem.adapters.llm.prompt import PROMPT_VERSION, SYSTEM_PROMPT, build_batch, event_document
 from evomem.adapters.llm.tokens import EstimatedTokens, TiktokenTokens, cut
-from evomem.core.decisions import DecisionFailure, DecisionInput, RuleController, make_controller
+from evomem.core.decisions import DecisionFailure, DecisionInput, RuleController
 from evomem.errors import ConfigError
+from evomem.runtime import make_controller
 from evomem.settings import Settings
 from evomem.testing.llm_server import LLMTestServer
 from schemas import ControllerDecision, InsightNode, TaskEvent

@@ -19,8 +19,8 @@ from evomem.adapters.llm.adaptive import RECOVER_AFTER, AdaptiveLimits
 from evomem.adapters.llm.controller import COMPLETION_OVERHEAD_TOKENS, LLMController, shorten
 from evomem.adapters.llm.prompt import build_batch
 from evomem.adapters.llm.tokens import EstimatedTokens
-from evomem.core.decisions import make_controller
 from evomem.pipeline.worker import ConsolidationWorker
+from evomem.runtime import make_controller, open_worker
 from evomem.testing.llm_server import Fault, LLMTestServer
 
 NS = "local"
@@ -31,7 +31,7 @@ def worker_for(
     tmp_path: Path, redis_url: str, client: redis.Redis, server: LLMTestServer, **overrides: object
 ) -> tuple[ConsolidationWorker, list[str]]:
     settings = llm_settings(tmp_path, redis_url, server, **overrides)
-    return ConsolidationWorker(settings, client, consumer="w1"), seed(client, NS, TEXTS)
+    return open_worker(settings, client, consumer="w1"), seed(client, NS, TEXTS)
 
 
 @pytest.mark.parametrize("status", [500, 422, 400])

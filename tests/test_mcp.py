@@ -307,7 +307,7 @@ def test_stdio_process_against_a_remote_service(
     )
 
     async def settle() -> None:
-        await anyio.to_thread.run_sync(srv.service.memory.consolidate)
+        await anyio.to_thread.run_sync(Memory(srv.service.runtime).consolidate)
 
     async def run() -> None:
         async with Client(params) as client:
@@ -320,4 +320,4 @@ def test_stdio_process_against_a_remote_service(
     finally:
         srv.shutdown()
         srv.server_close()
-        srv.service.memory.close()
+        srv.service.runtime.close()

@@ -91,16 +91,16 @@ def test_the_context_travels_through_the_http_service(
     try:
         with RemoteMemory(srv.url, None) as remote:
             query = _learn(remote, "Verify: Mohra is a car")
-            srv.service.memory.consolidate()
+            Memory(srv.service.runtime).consolidate()
             r = remote.retrieve(query, "fever")
             spans.clear()
             with trace.get_tracer("agent").start_as_current_span("agent.task") as agent:
                 remote.report(r, status="failed", insight_feedback={r.insights[0].id: "harmful"})
-        srv.service.memory.consolidate()
+        Memory(srv.service.runtime).consolidate()
     finally:
         srv.shutdown()
         srv.server_close()
-        srv.service.memory.close()
+        srv.service.runtime.close()
     assert isinstance(agent, ReadableSpan)
     _chain(spans.get_finished_spans(), agent)
 

@@ -21,7 +21,7 @@ from typing import Any
 from bench.quality.arms import ArmSpec, settings_for
 from bench.quality.judge import Verdict, explicit_verdict, llm_judge
 from bench.quality.worlds import Lesson, Task, World, WorldSpec
-from evomem.sdk.local import Memory
+from evomem import Memory
 from evomem.testing.llm_server import LLMTestServer
 
 NAMESPACE = "quality"

@@ -12,19 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from evomem.core import duplicates
 from evomem.core.editing import text_key
 from evomem.core.hashing import SparseVec
 from evomem.core.ports import InsightHead
-from evomem.errors import ConfigError
 from schemas import AddDecision, ControllerDecision, InsightEdit, PartialVerdict, TaskEvent
-
-if TYPE_CHECKING:
-    import redis
-
-    from evomem.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,31 +165,6 @@ def decide(inputs: Sequence[DecisionInput], controller: Controller) -> list[Deci
     return out
 
 
-def llm_configured(settings: Settings) -> bool:
-    """Whether an LLM endpoint is configured: a base URL or an API key."""
-    return settings.llm_base_url is not None or settings.llm_api_key is not None
-
-
-def make_controller(settings: Settings | str, client: redis.Redis | None = None) -> Controller:
-    """The controller the settings ask for: ``rules``; ``llm``; ``auto``, the LLM when an endpoint
-    or key is configured and the rules otherwise. The LLM controller keeps its shared rate limit
-    and token accounting in ``client``'s Redis."""
-    kind = settings if isinstance(settings, str) else settings.controller
-    if kind == "rules" or (kind == "auto" and (isinstance(settings, str) or not llm_configured(settings))):
-        if isinstance(settings, str):
-            return RuleController()
-        return RuleController(settings.rules_credit, settings.rules_relevance)
-    if isinstance(settings, str) or client is None:
-        raise ConfigError(
-            "the LLM controller needs the settings and a Redis client: make_controller(settings, redis)"
-        )
-    if not llm_configured(settings):
-        raise ConfigError("EVOMEM_CONTROLLER=llm needs EVOMEM_LLM_BASE_URL or EVOMEM_LLM_API_KEY")
-    from evomem.adapters.llm.controller import LLMController  # openai is imported only when an LLM judges
-
-    return LLMController.from_settings(settings, client)
-
-
 __all__ = [
     "Controller",
     "Decision",
@@ -204,6 +173,5 @@ __all__ = [
     "RuleController",
     "decide",
     "explicit_edits",
-    "llm_configured",
-    "make_controller",
+    "task_pieces",
 ]

@@ -1,4 +1,5 @@
-"""Text embedders: feature hashing by default, an OpenAI-compatible endpoint for production.
+"""The hashing embedder: the default, pure embedder (an OpenAI-compatible endpoint is an adapter,
+``evomem.adapters.embedders``).
 
 The hashing embedder maps word 1-2-grams and character 3-5-grams to 32-bit crc32 buckets with
 1+log(tf) weights, L2-normalised: a sparse vector whose dot product is the cosine. crc32 is the same
@@ -13,10 +14,7 @@ import re
 import zlib
 from collections import Counter
 from collections.abc import Sequence
-from typing import Literal, Protocol
-
-from evomem.errors import ConfigError, TransientError
-from evomem.settings import Settings
+from typing import Literal
 
 SparseVec = dict[int, float]
 DenseVec = list[float]
@@ -63,13 +61,6 @@ def word_features(text: str) -> set[int]:
     out = {crc(w.encode(), _CRC_W) for w in words}
     out.update(crc(f"{a} {b}".encode(), _CRC_B) for a, b in itertools.pairwise(words))
     return out
-
-
-class Embedder(Protocol):
-    kind: Literal["sparse", "dense"]
-    dim: int
-
-    def embed(self, texts: Sequence[str]) -> list[SparseVec] | list[DenseVec]: ...
 
 
 class HashingEmbedder:
@@ -124,50 +115,4 @@ class HashingEmbedder:
         return [self.embed_one(t) for t in texts]
 
 
-class OpenAIEmbedder:
-    """Any OpenAI-compatible embeddings endpoint (``EVOMEM_LLM_BASE_URL``, ``EVOMEM_EMBEDDING_MODEL``)."""
-
-    kind: Literal["sparse", "dense"] = "dense"
-
-    def __init__(self, settings: Settings) -> None:
-        import openai
-
-        if settings.llm_base_url is None and settings.llm_api_key is None:
-            raise ConfigError("EVOMEM_EMBEDDER=openai needs EVOMEM_LLM_BASE_URL or EVOMEM_LLM_API_KEY")
-        self._errors = (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
-        self.client = openai.OpenAI(
-            base_url=settings.llm_base_url,
-            api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else "unused",
-            max_retries=1,
-            timeout=30.0,
-        )
-        self.model = settings.embedding_model
-        self.dim = settings.embedding_dim
-
-    def embed(self, texts: Sequence[str]) -> list[DenseVec]:
-        try:
-            response = self.client.embeddings.create(model=self.model, input=list(texts))
-        except self._errors as exc:
-            raise TransientError(f"embeddings endpoint failed: {type(exc).__name__}") from None
-        vectors = [list(d.embedding) for d in sorted(response.data, key=lambda d: d.index)]
-        for v in vectors:
-            if len(v) != self.dim:
-                raise ConfigError(f"endpoint returned {len(v)}-d vectors; EVOMEM_EMBEDDING_DIM is {self.dim}")
-        return vectors
-
-
-def make_embedder(settings: Settings) -> Embedder:
-    if settings.embedder == "openai":
-        return OpenAIEmbedder(settings)
-    return HashingEmbedder()
-
-
-__all__ = [
-    "DenseVec",
-    "Embedder",
-    "HashingEmbedder",
-    "OpenAIEmbedder",
-    "SparseVec",
-    "make_embedder",
-    "word_features",
-]
+__all__ = ["DenseVec", "HashingEmbedder", "SparseVec", "word_features"]

@@ -1,7 +1,12 @@
-"""The small interfaces the core talks to; adapters in ``stores/`` and ``index/`` implement them.
+"""The ports the pipeline talks to, each sized to one role; ``evomem.adapters`` implements them.
 
-``GraphStore`` is the system of record (Redis, or the in-memory reference); ``VectorIndex`` is the
-retrieval read model (Qdrant), written only by the projector.
+The system of record (Redis, or the in-memory reference) is seen through four roles: ``EditStore``
+(what consolidation reads and writes), ``RetrievalGraph`` (what the agent's retrieval reads and the
+record it leaves), ``ProjectionSource`` (what the projector reads of a changed node) and
+``GraphReader`` (inspection, export, stats); ``GraphStore`` is all four, what a store implements and
+the contract suite checks. ``EventLog`` is the task-event stream as consolidation consumes it;
+``ChangeFeed`` the change feed as the projector follows it; ``VectorIndex`` the retrieval read model
+(Qdrant), written only by the projector; ``Embedder`` turns text into vectors.
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from evomem.core.editing import EditPlan
+from evomem.core.hashing import DenseVec, SparseVec
 from evomem.core.retrieval import ServingInsight
-from schemas import ControllerDecision, InsightNode, QueryNode
+from schemas import ControllerDecision, InsightNode, QueryNode, TaskEvent
 
 Vector = Mapping[int, float] | Sequence[float]
 """A sparse vector as {index: value} or a dense one as a list of floats."""
@@ -135,6 +141,10 @@ class QueryHit:
     harms: tuple[str, ...] = ()
 
 
+#: The format of an export (``evomem export``): 2, neighbours carry their edge similarity; 1 (evomem 0.1)
+#: is read too.
+EXPORT_FORMAT = 2
+
 #: Events of a namespace the live quality signal looks back over (``GraphStore.recent_quality``).
 RECENT_EVENTS = 1000
 
@@ -178,11 +188,10 @@ class EditRecord:
     at: str
 
 
-class GraphStore(Protocol):
-    """The system of record. Insight ids are unique across namespaces, so insight reads take ids
-    alone; query ids, event ids and retrieval ids are scoped to their namespace."""
+class EditStore(Protocol):
+    """What consolidation reads and writes. Insight ids are unique across namespaces, so insight
+    reads take ids alone; query ids, event ids and retrieval ids are scoped to their namespace."""
 
-    # -- consolidation ---------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
         """Apply a plan atomically; a plan whose event was applied before changes nothing."""
         ...
@@ -209,22 +218,25 @@ class GraphStore(Protocol):
         """Retrieval records by (namespace, retrieval id)."""
         ...
 
-    def is_applied(self, namespace: str, event_id: str) -> bool: ...
-
-    def recent_quality(self, namespace: str) -> QualitySignal:
-        """The live pollution signal over the namespace's last ``RECENT_EVENTS`` applied events."""
+    def namespace_of(self, ids: Collection[str]) -> dict[str, str]:
+        """The namespace of each insight id that exists (missing ids are left out)."""
         ...
 
-    # -- retrieval -------------------------------------------------------------------------------
+
+class RetrievalGraph(Protocol):
+    """What the agent's retrieval reads of the query graph, and the record it leaves for the report."""
+
     def neighbours(self, namespace: str, query_ids: Collection[str]) -> dict[str, dict[str, float]]:
         """Each query's neighbours in the query graph with the edge's similarity (Eq. 3)."""
         ...
 
     def save_retrieval(self, record: RetrievalRecord, ttl_s: int) -> None: ...
 
-    def load_retrieval(self, namespace: str, retrieval_id: str) -> RetrievalRecord | None: ...
 
-    # -- projection ------------------------------------------------------------------------------
+class ProjectionSource(Protocol):
+    """What the projector reads of changed nodes, and the links it writes for queries reported
+    without a retrieval record."""
+
     def changes(self, after: str, count: int) -> list[Change]: ...
 
     def query_points(self, refs: Collection[EventKey]) -> dict[EventKey, QueryPoint]:
@@ -243,9 +255,12 @@ class GraphStore(Protocol):
         """Those of the queries that still wait for the projector to link them."""
         ...
 
-    # -- inspection --------------------------------------------------------------------------------
+
+class GraphReader(Protocol):
+    """Inspection, export and stats: whole nodes, history, lineage (not the hot paths)."""
+
     def insights(self, ids: Collection[str]) -> dict[str, InsightNode]:
-        """Whole insights, evidence included (inspection and export, not the hot paths)."""
+        """Whole insights, evidence included."""
         ...
 
     def queries(self, namespace: str, ids: Collection[str]) -> dict[str, QueryNode]: ...
@@ -254,9 +269,7 @@ class GraphStore(Protocol):
         """The state (active | archived) of each insight id that exists."""
         ...
 
-    def namespace_of(self, ids: Collection[str]) -> dict[str, str]:
-        """The namespace of each insight id that exists (missing ids are left out)."""
-        ...
+    def namespace_of(self, ids: Collection[str]) -> dict[str, str]: ...
 
     def history(self, insight_id: str) -> list[EditRecord]: ...
 
@@ -273,6 +286,86 @@ class GraphStore(Protocol):
     def insight_ids(self, namespace: str) -> set[str]: ...
 
     def query_ids(self, namespace: str) -> set[str]: ...
+
+    def recent_quality(self, namespace: str) -> QualitySignal:
+        """The live pollution signal over the namespace's last ``RECENT_EVENTS`` applied events."""
+        ...
+
+    def is_applied(self, namespace: str, event_id: str) -> bool: ...
+
+    def load_retrieval(self, namespace: str, retrieval_id: str) -> RetrievalRecord | None: ...
+
+
+class GraphStore(EditStore, RetrievalGraph, ProjectionSource, GraphReader, Protocol):
+    """The whole system of record: every role above, as a store implements it (the contract suite
+    runs the same tests on the Redis store and the in-memory reference)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry of the event log as a consumer reads it."""
+
+    id: str
+    raw: bytes | None  # None when the entry has no event: trimmed away while pending, or foreign
+    deliveries: int = 1
+    fields: tuple[str, ...] | None = None  # the entry's field names when it has no "event" field
+
+    @property
+    def unreadable(self) -> str:
+        """Why ``raw`` is None, as a dead letter's reason."""
+        if self.fields is None:
+            return "event: the entry was trimmed from the stream before it was consumed"
+        names = ", ".join(repr(f) for f in self.fields[:5]) or "none"
+        return f"event: the stream entry has no 'event' field (its fields: {names})"
+
+
+class EventLog(Protocol):
+    """The task events, consumed in batches by a group of consumers with at-least-once delivery: an
+    entry read and not acknowledged is delivered again (its ``deliveries`` grow), and one another
+    consumer left idle is claimed. A dead letter is acknowledged in the same step."""
+
+    def publish(self, event: TaskEvent) -> str:
+        """Validate the ids the event names and append it; return the entry id."""
+        ...
+
+    def read(self, consumer: str, count: int, block_ms: int | None = None) -> list[Entry]:
+        """A batch for ``consumer``: its own unacknowledged entries first, then new ones."""
+        ...
+
+    def claim_stale(self, consumer: str, min_idle_ms: int, count: int) -> list[Entry]:
+        """Entries another consumer was given and has not acknowledged for ``min_idle_ms``."""
+        ...
+
+    def ack(self, ids: Sequence[str]) -> None: ...
+
+    def dead_letter(self, entry: Entry, reason: str, field: str | None = None) -> None: ...
+
+    def trim(self) -> int:
+        """Drop entries every consumer is done with, past the log's length cap."""
+        ...
+
+
+class ChangeFeed(Protocol):
+    """The change feed as the projector follows it, with the cursor it keeps per read model."""
+
+    def changes(self, after: str, count: int) -> list[Change]: ...
+
+    def wait(self, after: str, block_ms: int) -> None:
+        """Return once a change past ``after`` exists, or after ``block_ms``."""
+        ...
+
+    def load_cursor(self, identity: str) -> str:
+        """Where the read model ``identity`` stopped ("0-0": the beginning)."""
+        ...
+
+    def save_cursor(self, identity: str, cursor: str) -> None: ...
+
+
+class Embedder(Protocol):
+    kind: Literal["sparse", "dense"]
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> list[SparseVec] | list[DenseVec]: ...
 
 
 class VectorIndex(Protocol):

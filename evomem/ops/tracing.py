@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 from evomem.logs import get_logger
 
 if TYPE_CHECKING:
-    from evomem.adapters.redis.events import Entry
-    from evomem.core.ports import ApplyResult
+    from evomem.core.ports import ApplyResult, Entry
     from evomem.settings import Settings
     from schemas import TaskEvent
 

@@ -14,7 +14,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from evomem.adapters.redis.events import Entry, EventStream, reason_of
 from evomem.core import decisions, duplicates
 from evomem.core.decisions import Controller, DecisionFailure, DecisionInput
 from evomem.core.editing import (
@@ -25,8 +24,8 @@ from evomem.core.editing import (
     revised_insight_id,
     text_key,
 )
-from evomem.core.ports import ApplyResult, EventKey, GraphStore, StoredDecision
-from evomem.errors import InvalidEventError, TransientError
+from evomem.core.ports import ApplyResult, EditStore, Entry, EventKey, EventLog, StoredDecision
+from evomem.errors import InvalidEventError, TransientError, reason_of
 from evomem.logs import get_logger
 from evomem.ops import tracing
 from evomem.settings import Settings
@@ -46,6 +45,9 @@ class ConsolidationReport:
     operations: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
     decisions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (operation, outcome)
+    #: Where the batch's time went (ns): prepare (parse, retrieval records), decide (stored decisions
+    #: and the controller), twins (near-duplicate search), plan, apply (the edit scripts), ack.
+    stages_ns: Counter[str] = field(default_factory=Counter)
 
     def merge(self, other: ConsolidationReport) -> None:
         self.events += other.events
@@ -56,6 +58,7 @@ class ConsolidationReport:
         self.operations.update(other.operations)
         self.outcomes.update(other.outcomes)
         self.decisions.update(other.decisions)
+        self.stages_ns.update(other.stages_ns)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -89,8 +92,8 @@ class _Work:
 class Consolidator:
     def __init__(
         self,
-        graph: GraphStore,
-        stream: EventStream,
+        graph: EditStore,
+        stream: EventLog,
         controller: Controller,
         settings: Settings,
         max_deliveries: int = 5,
@@ -126,10 +129,16 @@ class Consolidator:
     def _process(self, entries: Sequence[Entry]) -> ConsolidationReport:
         started_ns = time.time_ns()
         report = ConsolidationReport(events=len(entries))
+        clock = time.perf_counter_ns
+        stages = report.stages_ns
+        t0 = clock()
         work = self._prepare([e for e in entries if self._deliverable(e, report)], report)
         work = self._validate_ids(work, report)
+        t1 = clock()
         work = self._decide(work, report)
+        t2 = clock()
         self._find_twins(work)
+        t3 = clock()
         plans = [
             plan_edits(
                 w.event,
@@ -149,7 +158,9 @@ class Consolidator:
             for w, s in ((w, self.resolve(w.event.namespace)) for w in work)
             if w.decision is not None
         ]
+        t4 = clock()
         results = self.graph.apply_many(plans)  # a TransientError leaves the whole batch pending
+        t5 = clock()
         done = []
         for w, plan, result in zip(work, plans, results, strict=True):
             if isinstance(result, Exception):
@@ -157,8 +168,20 @@ class Consolidator:
                 continue
             done.append(w.entry.id)
             self._count(plan, result, report)
+            log.debug(  # one event followed from its report: event id, namespace, retrieval, stream entry
+                "event.applied",
+                event_id=str(w.event.event_id),
+                namespace=w.event.namespace,
+                retrieval_id=w.event.retrieval_id,
+                entry_id=w.entry.id,
+                replayed=result.replayed,
+                outcomes=[o.outcome for o in result.outcomes],
+            )
             tracing.consolidated(w.event, w.entry, result, started_ns)
         self.stream.ack(done)
+        stages.update(
+            prepare=t1 - t0, decide=t2 - t1, twins=t3 - t2, plan=t4 - t3, apply=t5 - t4, ack=clock() - t5
+        )
         return report
 
     # -- steps ---------------------------------------------------------------------------------

@@ -17,12 +17,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-import redis
-
-from evomem import keys
-from evomem.adapters.redis.connection import Client
-from evomem.core.hashing import Embedder
-from evomem.core.ports import EventKey, GraphStore, InsightPoint, QueryPoint, Vector, VectorIndex
+from evomem.core.ports import (
+    Change,
+    ChangeFeed,
+    Embedder,
+    EventKey,
+    InsightPoint,
+    ProjectionSource,
+    QueryPoint,
+    Vector,
+    VectorIndex,
+)
 from evomem.errors import TransientError
 from evomem.logs import get_logger
 
@@ -51,38 +56,37 @@ class ProjectionReport:
 
 
 class Projector:
+    """Projects the changes past its cursor. With a ``feed`` it follows the change feed and keeps its
+    cursor there, per index; without one it reads the store's changes and keeps the cursor itself."""
+
     def __init__(
         self,
-        graph: GraphStore,
+        graph: ProjectionSource,
         index: VectorIndex,
         embedder: Embedder,
-        cursor_store: Client | None,
+        feed: ChangeFeed | None = None,
         link_k: int = 5,
     ):
         self.link_k = link_k
         self.graph = graph
         self.index = index
         self.embedder = embedder
-        self._cursors = cursor_store
-        self._key = keys.projector_cursor(index.identity)
-        self.cursor = "0-0" if index.fresh else self._load_cursor()
+        self.feed = feed
+        self.cursor = "0-0" if index.fresh or feed is None else feed.load_cursor(index.identity)
         self.state = FollowerState("idle", None, 0, time.time())
 
-    def _load_cursor(self) -> str:
-        if self._cursors is None:
-            return "0-0"
-        raw = self._cursors.get(self._key)
-        return raw.decode() if raw else "0-0"
+    def _changes(self, after: str, count: int) -> list[Change]:
+        return (self.feed or self.graph).changes(after, count)
 
     def _save_cursor(self) -> None:
-        if self._cursors is not None:
-            self._cursors.set(self._key, self.cursor)
+        if self.feed is not None:
+            self.feed.save_cursor(self.index.identity, self.cursor)
 
     def run_once(self, max_changes: int = 100_000) -> ProjectionReport:
         """Project everything the feed holds past the cursor (up to ``max_changes``)."""
         report = ProjectionReport()
         while report.changes < max_changes:
-            batch = self.graph.changes(self.cursor, BATCH)
+            batch = self._changes(self.cursor, BATCH)
             if not batch:
                 break
             latest: dict[Literal["insight", "query"], dict[EventKey, int]] = {"insight": {}, "query": {}}
@@ -166,11 +170,11 @@ class Projector:
         try:
             while not stop.is_set():
                 try:
-                    if self.run_once().changes == 0 and self._cursors is not None:
-                        self._cursors.xread({keys.CHANGES_STREAM: self.cursor}, count=1, block=block_ms)
+                    if self.run_once().changes == 0 and self.feed is not None:
+                        self.feed.wait(self.cursor, block_ms)
                 except Exception as exc:
                     failures += 1
-                    unreachable = isinstance(exc, redis.ConnectionError | redis.TimeoutError | TransientError)
+                    unreachable = isinstance(exc, TransientError)
                     error = f"{type(exc).__name__}: {exc}"
                     if failures == 1 or failures % 20 == 0:  # not a line every backoff while it lasts
                         if unreachable:
@@ -190,7 +194,36 @@ class Projector:
 
     def lag(self) -> int:
         """Changes in the feed the index has not seen yet."""
-        return len(self.graph.changes(self.cursor, BATCH))
+        return len(self._changes(self.cursor, BATCH))
 
 
-__all__ = ["FollowerState", "ProjectionReport", "Projector"]
+class Follower:
+    """A projector following the feed in a background thread, as the retrieval side runs it. The
+    thread survives any error (``Projector.follow`` backs off and retries); ``state`` says how it is
+    doing, ``dead`` when the thread is gone without being stopped."""
+
+    def __init__(self, projector: Projector) -> None:
+        self.projector = projector
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=projector.follow, args=(self._stop,), name="evomem-projector", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def state(self) -> FollowerState:
+        state = self.projector.state
+        if not self._thread.is_alive() and not self._stop.is_set():
+            return FollowerState(
+                "dead", state.error or "the projector thread ended", state.failures, state.since
+            )
+        return state
+
+    def stop(self, timeout_s: float = 5) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=timeout_s)
+
+
+__all__ = ["Follower", "FollowerState", "ProjectionReport", "Projector"]

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from evomem.core.hashing import Embedder
-from evomem.core.ports import GraphStore, RetrievalRecord, VectorIndex
+from evomem.core.ports import Embedder, GraphStore, RetrievalRecord, VectorIndex
 from evomem.core.retrieval import ScoredInsight, candidates_from_queries, expand_neighbours, rank_insights
 from evomem.logs import get_logger
 from evomem.settings import Settings
+from evomem.stages import stage
 
 log = get_logger("evomem.retriever")
 
@@ -74,29 +74,34 @@ class Retriever:
         record: bool = True,
     ) -> Retrieval:
         s = self.resolve(namespace)
-        vector = self.embedder.embed([query])[0]
-        hits = self.index.search_queries(vector, namespace, top_k or s.top_k)  # Eq. 2
-        expansion = expand_neighbours(
-            [h.id for h in hits],
-            lambda ids: self.graph.neighbours(namespace, ids),
-            s.hops if hops is None else hops,
-            similarity=[h.score for h in hits],
-        )  # Eq. 3-4
-        evidence = {h.id: h for h in hits}
-        evidence.update(self.index.query_evidence(namespace, expansion.expanded - evidence.keys()))
-        supports = {q: h.supports for q, h in evidence.items()}
-        named = {i for ids in supports.values() for i in ids}
-        serving = self.index.serving_insights(namespace, named)  # Eq. 7: active, supported in Q̃ˢ
-        candidates = candidates_from_queries(supports, {q: h.harms for q, h in evidence.items()}, serving)
-        ranked = rank_insights(
-            candidates,
-            expansion.expanded,
-            s.lambda_,
-            budget or s.budget,
-            weights=expansion.weights,
-            scoring=s.scoring,
-            power=s.similarity_power,
-        )  # Eq. 8-10
+        with stage("embed"):
+            vector = self.embedder.embed([query])[0]
+        with stage("similar"):
+            hits = self.index.search_queries(vector, namespace, top_k or s.top_k)  # Eq. 2
+        with stage("expand"):
+            expansion = expand_neighbours(
+                [h.id for h in hits],
+                lambda ids: self.graph.neighbours(namespace, ids),
+                s.hops if hops is None else hops,
+                similarity=[h.score for h in hits],
+            )  # Eq. 3-4
+            evidence = {h.id: h for h in hits}
+            evidence.update(self.index.query_evidence(namespace, expansion.expanded - evidence.keys()))
+        with stage("candidates"):
+            supports = {q: h.supports for q, h in evidence.items()}
+            named = {i for ids in supports.values() for i in ids}
+            serving = self.index.serving_insights(namespace, named)  # Eq. 7: active, supported in Q̃ˢ
+            candidates = candidates_from_queries(supports, {q: h.harms for q, h in evidence.items()}, serving)
+        with stage("rank"):
+            ranked = rank_insights(
+                candidates,
+                expansion.expanded,
+                s.lambda_,
+                budget or s.budget,
+                weights=expansion.weights,
+                scoring=s.scoring,
+                power=s.similarity_power,
+            )  # Eq. 8-10
         retrieval = Retrieval(
             str(uuid.uuid4()), namespace, query, tuple(ranked), expansion.similar, len(expansion.expanded)
         )

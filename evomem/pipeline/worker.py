@@ -1,60 +1,49 @@
-"""The consolidation worker: reclaim what dead consumers left, read a batch, consolidate it.
+"""The consolidation loop: reclaim what dead consumers left, read a batch, consolidate it, and say so
+in one line per batch.
 
-This is what each Celery worker process runs (``workers.tasks``); it is plain library code so that
-it is tested, and usable, without Celery. It needs Redis only — never the Qdrant index, which the
-retrieval side's projector keeps in step.
+This is what each Celery worker process runs (``workers.tasks``), built for it by
+``evomem.runtime.open_worker``; it is plain library code on the core's ports, so that it is tested,
+and usable, without Celery. It needs the event log and the edit store only — never the Qdrant
+index, which the retrieval side's projector keeps in step.
 """
 
 from __future__ import annotations
 
-import os
-import socket
 import time
+import uuid
+from collections.abc import Callable
 
-from evomem.adapters.redis.connection import Client, EmbeddedRedis, connect
-from evomem.adapters.redis.events import EventStream
-from evomem.adapters.redis.graph import RedisGraphStore
-from evomem.adapters.redis.overrides import NamespaceSettings
-from evomem.core.decisions import make_controller
-from evomem.logs import get_logger
-from evomem.ops.worker_metrics import worker_metrics
+from evomem.core.ports import EditStore, EventLog
+from evomem.logs import bound, get_logger
 from evomem.pipeline.consolidate import ConsolidationReport, Consolidator
 from evomem.settings import Settings
 
 log = get_logger("evomem.worker")
 
-
-def redis_url(settings: Settings) -> str:
-    """The URL of the Redis the settings name, starting the embedded one if need be."""
-    if settings.redis_url is not None:
-        return settings.redis_url
-    return EmbeddedRedis(settings.data_dir).ensure()
-
-
-def default_consumer() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+#: Told of every batch: its report and how long it took (the worker's Prometheus metrics).
+BatchObserver = Callable[[ConsolidationReport, float], None]
 
 
 class ConsolidationWorker:
-    def __init__(self, settings: Settings, client: Client, consumer: str | None = None) -> None:
+    def __init__(
+        self,
+        consolidator: Consolidator,
+        events: EventLog,
+        settings: Settings,
+        consumer: str,
+        observe: BatchObserver | None = None,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        self.consolidator = consolidator
+        self.stream = events
         self.settings = settings
-        self.redis = client
-        self.graph = RedisGraphStore(client, degree=settings.query_degree)
-        self.stream = EventStream(client, settings.stream_maxlen)
-        self.consolidator = Consolidator(
-            self.graph,
-            self.stream,
-            make_controller(settings, client),
-            settings,
-            max_deliveries=settings.max_deliveries,
-            resolve=NamespaceSettings(client, settings),
-        )
-        self.consumer = consumer or settings.consumer_name or default_consumer()
+        self.consumer = consumer
+        self._observe = observe
+        self._on_close = on_close
 
-    @classmethod
-    def open(cls, settings: Settings | None = None, consumer: str | None = None) -> ConsolidationWorker:
-        settings = settings or Settings()
-        return cls(settings, connect(redis_url(settings)), consumer)
+    @property
+    def graph(self) -> EditStore:
+        return self.consolidator.graph
 
     def run_batch(self, block_ms: int | None = None) -> ConsolidationReport:
         """One batch: entries idle past ``claim_idle_ms`` under another consumer first (the janitor's
@@ -67,17 +56,25 @@ class ConsolidationWorker:
             )
         if not entries:
             return ConsolidationReport()
-        t0 = time.perf_counter()
-        report = self.consolidator.process(entries)
-        worker_metrics().observe(report, time.perf_counter() - t0)
-        log.info(
-            "batch.consolidated",
-            consumer=self.consumer,
-            events=report.events,
-            applied=report.applied,
-            replayed=report.replayed,
-            dead_lettered=report.dead_lettered,
-        )
+        # every line logged while the batch runs carries its id and the consumer
+        with bound(batch_id=uuid.uuid4().hex[:12], consumer=self.consumer):
+            t0 = time.perf_counter()
+            report = self.consolidator.process(entries)
+            elapsed = time.perf_counter() - t0
+            if self._observe is not None:
+                self._observe(report, elapsed)
+            log.info(  # the canonical line of a batch
+                "batch.consolidated",
+                events=report.events,
+                applied=report.applied,
+                replayed=report.replayed,
+                dead_lettered=report.dead_lettered,
+                deferred=report.deferred,
+                first_entry=entries[0].id,
+                last_entry=entries[-1].id,
+                total_ms=round(elapsed * 1000, 3),
+                **{f"{stage}_ms": round(ns / 1e6, 3) for stage, ns in report.stages_ns.items()},
+            )
         return report
 
     def drain(self, budget_s: float, block_ms: int | None = None) -> ConsolidationReport:
@@ -93,7 +90,8 @@ class ConsolidationWorker:
         return total
 
     def close(self) -> None:
-        self.redis.close()
+        if self._on_close is not None:
+            self._on_close()
 
 
-__all__ = ["ConsolidationWorker", "default_consumer", "redis_url"]
+__all__ = ["BatchObserver", "ConsolidationWorker"]

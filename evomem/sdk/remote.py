@@ -22,6 +22,7 @@ from evomem.errors import (
 from evomem.ops import tracing
 from evomem.pipeline.consolidate import ConsolidationReport
 from evomem.pipeline.retrieve import Retrieval
+from evomem.sdk.calls import build_event, check_retrieve_args
 from evomem.settings import Settings
 from schemas import InsightNode, TaskEvent
 
@@ -91,8 +92,6 @@ class RemoteMemory:
     def retrieve(
         self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
     ) -> Retrieval:
-        from evomem.sdk.local import check_retrieve_args
-
         check_retrieve_args(query, namespace, top_k, budget)
         body = {"query": query, "namespace": namespace, "top_k": top_k, "budget": budget}
         doc = self._call("POST", "/v1/retrieve", json.dumps({k: v for k, v in body.items() if v is not None}))
@@ -120,8 +119,6 @@ class RemoteMemory:
         query: str | None = None,
         **fields: Any,
     ) -> str:
-        from evomem.sdk.local import build_event
-
         event = (
             retrieval
             if isinstance(retrieval, TaskEvent)

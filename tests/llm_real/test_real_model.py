@@ -28,7 +28,7 @@ from evomem.adapters.llm.usage import event_usage, summary
 from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.core.decisions import DecisionInput
 from evomem.core.ports import InsightHead
-from evomem.pipeline.worker import ConsolidationWorker
+from evomem.runtime import open_worker
 from evomem.settings import Settings
 from evomem.testing.local_llm import LocalLLMServer
 from schemas import TaskEvent
@@ -123,7 +123,7 @@ def test_every_event_is_decided_or_dead_lettered_with_the_models_answer(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings = real_settings(tmp_path, redis_url, llama)
-    worker = ConsolidationWorker(settings, redis_client, consumer="real")
+    worker = open_worker(settings, redis_client, consumer="real")
     ids = seed(redis_client, NS, INSIGHTS)
     events: list[TaskEvent] = [
         publish(redis_client, NS, q, status, [ids[i] for i in which], **fields)

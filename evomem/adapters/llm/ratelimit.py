@@ -13,10 +13,9 @@ import random
 import time
 from collections.abc import Callable
 
-import redis
-
 from evomem import keys
 from evomem.adapters.llm.client import EndpointError
+from evomem.adapters.redis.connection import Client, mapped
 from evomem.errors import TransientError
 
 # KEYS: requests bucket, tokens bucket, blocked-until. ARGV: rpm, tpm, tokens wanted.
@@ -88,14 +87,14 @@ class RateLimiter:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         scope: str,
         rpm: int = 0,
         tpm: int = 0,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        self.r = client
+        self.r = mapped(client)
         self.rpm, self.tpm = rpm, tpm
         self._keys = [
             keys.llm_limit(scope, "requests"),
@@ -112,7 +111,7 @@ class RateLimiter:
         """Take one request and ``tokens`` from the budget now, or say how long to wait (seconds)."""
         try:
             reply = self._acquire(keys=self._keys, args=[self.rpm, self.tpm, max(0, tokens)])
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except TransientError as exc:
             raise TransientError("redis unreachable while taking the LLM rate limit") from exc
         return float(reply.decode() if isinstance(reply, bytes) else reply)
 

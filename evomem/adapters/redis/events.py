@@ -6,19 +6,15 @@ the task event's JSON Schema; any language can publish with a plain XADD.
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from evomem import keys
-from evomem.adapters.redis.connection import Client
+from evomem.adapters.redis.connection import Client, mapped
 from evomem.core.editing import event_digest
-from evomem.errors import InvalidEventError, TransientError
+from evomem.core.ports import Entry
+from evomem.errors import InvalidEventError, StoreError, TransientError
 from schemas import TaskEvent
 
 # Checks, in one round trip with the XADD, that every insight the event names exists in its
@@ -44,22 +40,6 @@ return 'ok:' .. redis.call('XADD', KEYS[1], '*', 'event', doc)
 """
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    id: str
-    raw: bytes | None  # None when the entry has no event: trimmed away while pending, or foreign
-    deliveries: int = 1
-    fields: tuple[str, ...] | None = None  # the entry's field names when it has no "event" field
-
-    @property
-    def unreadable(self) -> str:
-        """Why ``raw`` is None, as a dead letter's reason."""
-        if self.fields is None:
-            return "event: the entry was trimmed from the stream before it was consumed"
-        names = ", ".join(repr(f) for f in self.fields[:5]) or "none"
-        return f"event: the stream entry has no 'event' field (its fields: {names})"
-
-
 def _s(v: Any) -> str:
     """Text of a Redis reply; bytes that are not UTF-8 (a foreign XADD) are shown escaped, never fatal."""
     return v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v)
@@ -79,7 +59,7 @@ class EventStream:
         stream: str = keys.EVENTS_STREAM,
         group: str = keys.CONSUMER_GROUP,
     ) -> None:
-        self.r = client
+        self.r = mapped(client)
         self.maxlen = maxlen
         self.stream = stream
         self.group = group
@@ -105,7 +85,7 @@ class EventStream:
                     ],
                 )
             )
-        except redis.ConnectionError as exc:
+        except TransientError as exc:
             raise TransientError("redis unreachable; the event was not published") from exc
         if res.startswith("reused:"):
             raise InvalidEventError(
@@ -131,7 +111,7 @@ class EventStream:
             return
         try:
             self.r.xgroup_create(self.stream, self.group, id="0", mkstream=True)
-        except redis.ResponseError as exc:
+        except StoreError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
         self._group_ready = True
@@ -155,7 +135,7 @@ class EventStream:
                     self.group, consumer, {self.stream: ">"}, count=count, block=block_ms or None
                 )
             )
-        except redis.ConnectionError as exc:
+        except TransientError as exc:
             raise TransientError("redis unreachable while reading events") from exc
 
     def _parse(self, reply: Any) -> list[Entry]:
@@ -175,7 +155,7 @@ class EventStream:
         self.ensure_group()
         try:
             reply = self.r.xautoclaim(self.stream, self.group, consumer, min_idle_ms, "0-0", count=count)
-        except redis.ConnectionError as exc:
+        except TransientError as exc:
             raise TransientError("redis unreachable while claiming events") from exc
         claimed = [_entry(i, f) for i, f in reply[1]]
         gone = [Entry(_s(i), None) for i in (reply[2] if len(reply) > 2 else [])]
@@ -236,7 +216,7 @@ class EventStream:
         """One dead letter, or None when no entry has this id (or it is not an id at all)."""
         try:
             items = self.r.xrange(keys.DLQ_STREAM, min=dlq_id, max=dlq_id, count=1)
-        except redis.ResponseError:
+        except StoreError:  # not a stream id
             return None
         return {"id": _s(items[0][0]), **{_s(k): _s(v) for k, v in items[0][1].items()}} if items else None
 
@@ -247,7 +227,7 @@ class EventStream:
         for dlq_id in dlq_ids:
             try:
                 items = self.r.xrange(keys.DLQ_STREAM, min=dlq_id, max=dlq_id, count=1)
-            except redis.ResponseError:  # not a stream id
+            except StoreError:  # not a stream id
                 continue
             document = items[0][1].get(b"event") if items else None
             if not document:
@@ -288,33 +268,4 @@ def _next_id(entry_id: str) -> str:
     return f"{ms}-{seq + 1}"
 
 
-def reason_of(exc: Exception) -> tuple[str, str | None]:
-    """A one-line reason and the offending field for a validation failure."""
-    from pydantic import ValidationError
-
-    if isinstance(exc, InvalidEventError):
-        return str(exc), exc.field
-    if isinstance(exc, ValidationError):
-        errors = exc.errors()
-        # A value that matches no member of a union (a verdict, a trajectory step) is reported once per
-        # member, under the member's tag. Drop the tags and keep the most specific of those errors, so
-        # a bad partial verdict reads "insight_feedback.<id>.revised_text", not "...literal['helpful',...]".
-        first = errors[0]["loc"][:1]
-        same_field = [e for e in errors if e["loc"][:1] == first]
-        err = max(same_field, key=lambda e: len(_field_path(e["loc"])))
-        field = ".".join(_field_path(err["loc"])) or "event"
-        return f"{field}: {err['msg']}", field
-    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
-        return f"event: not valid JSON ({exc})", "event"
-    return f"{type(exc).__name__}: {exc}", None
-
-
-_UNION_TAG = re.compile(r"^(?:[a-z-]+\[.*\]|constrained-[a-z]+|str|int|float|bool|dict|list|PartialVerdict)$")
-
-
-def _field_path(loc: tuple[int | str, ...]) -> list[str]:
-    """The location of an error without pydantic's union-member tags (``str``, ``literal[...]``, ...)."""
-    return [str(p) for n, p in enumerate(loc) if n == 0 or not (isinstance(p, str) and _UNION_TAG.match(p))]
-
-
-__all__ = ["Entry", "EventStream", "reason_of"]
+__all__ = ["EventStream"]

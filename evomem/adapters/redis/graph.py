@@ -11,12 +11,13 @@ import json
 from collections.abc import Collection, Mapping
 from datetime import datetime
 from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
 import redis
 
 from evomem import keys
-from evomem.adapters.redis.connection import Client
+from evomem.adapters.redis.changes import RedisChangeFeed
+from evomem.adapters.redis.connection import Client, mapped
 from evomem.core.editing import EditPlan
 from evomem.core.ports import (
     ApplyResult,
@@ -31,7 +32,7 @@ from evomem.core.ports import (
     RetrievalRecord,
     StoredDecision,
 )
-from evomem.errors import ConfigError, InvalidEventError, TransientError
+from evomem.errors import ConfigError, InvalidEventError, StoreError, TransientError
 from schemas import ControllerDecision, InsightNode, QueryNode
 
 CHANGES_MAXLEN = 2_000_000
@@ -73,8 +74,9 @@ class RedisGraphStore:
     """A ``GraphStore`` on one Redis (or Valkey) server."""
 
     def __init__(self, client: Client, degree: int = 0) -> None:
-        self.r = client
+        self.r = mapped(client)
         self.degree = degree
+        self._feed = RedisChangeFeed(self.r)
         check_layout(client)
         self._apply = self.r.register_script(_lua("apply.lua"))
         self._link = self.r.register_script(_LINK)
@@ -96,7 +98,7 @@ class RedisGraphStore:
             self._apply(args=[plan.to_json(), keys.PREFIX, CHANGES_MAXLEN, HISTORY_MAXLEN], client=pipe)
         try:
             raw = pipe.execute(raise_on_error=False)
-        except redis.ConnectionError as exc:
+        except TransientError as exc:
             raise TransientError("redis unreachable while applying a batch") from exc
         return [_error(r) if isinstance(r, Exception) else _result(json.loads(_s(r))) for r in raw]
 
@@ -186,7 +188,7 @@ class RedisGraphStore:
             pipe.zrange(keys.query_neighbours(namespace, q), 0, -1, withscores=True)
         try:
             raw = pipe.execute()
-        except redis.ConnectionError as exc:
+        except TransientError as exc:
             raise TransientError("redis unreachable while expanding neighbours") from exc
         return {q: {_s(m): float(w) for m, w in members} for q, members in zip(ids, raw, strict=True)}
 
@@ -208,14 +210,7 @@ class RedisGraphStore:
 
     # -- projection ------------------------------------------------------------------------------
     def changes(self, after: str, count: int) -> list[Change]:
-        entries = self.r.xread({keys.CHANGES_STREAM: after or "0-0"}, count=count)
-        out: list[Change] = []
-        for _stream, items in entries or []:
-            for entry_id, fields in items:
-                f = {_s(k): _s(v) for k, v in fields.items()}
-                kind: Literal["insight", "query"] = "query" if f["kind"] == "query" else "insight"
-                out.append(Change(_s(entry_id), kind, f.get("ns", ""), f["id"], int(f["version"])))
-        return out
+        return self._feed.changes(after, count)
 
     def query_points(self, refs: Collection[EventKey]) -> dict[EventKey, QueryPoint]:
         refs = list(dict.fromkeys(refs))
@@ -417,14 +412,16 @@ def _retrieval(namespace: str, retrieval_id: str, raw: bytes | str) -> Retrieval
 
 
 def _error(exc: Exception) -> Exception:
-    """A script's error reply as the error it means."""
+    """A script's error reply (returned in its place by the pipeline) as the evomem error it means."""
     if isinstance(exc, redis.ResponseError):
         for field in ("event_id", "query_id"):
             marker = f"{field}: "
             if str(exc).startswith(marker) or f" {marker}" in str(exc):
                 return InvalidEventError(field, str(exc).split(marker, 1)[1])
-    if isinstance(exc, redis.ConnectionError):
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
         return TransientError(f"redis unreachable while applying: {exc}")
+    if isinstance(exc, redis.RedisError):
+        return StoreError(f"redis refused an edit: {exc}")
     return exc
 
 

@@ -16,42 +16,18 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from evomem import keys
-from evomem.adapters.redis.connection import Client
-from evomem.errors import InvalidEventError
+from evomem.adapters.redis.connection import Client, mapped
+from evomem.errors import EvomemError, InvalidEventError
 from evomem.logs import get_logger
-from evomem.settings import ArchivePolicy, Scoring, Settings
+from evomem.settings import OVERRIDABLE, NamespaceOverrides, Settings
 
 log = get_logger("evomem.tenancy")
 
 #: Resolves the effective settings of a namespace; ``Retriever`` and ``Consolidator`` take one.
 SettingsResolver = Callable[[str], Settings]
-
-
-class NamespaceOverrides(BaseModel):
-    """What a namespace may set for itself, with the same bounds as the global settings."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-    lambda_: float | None = Field(None, ge=0.0, alias="lambda", description="conflict penalty weight λ")
-    budget: int | None = Field(None, ge=1, le=100, description="insights served at most")
-    top_k: int | None = Field(None, ge=1, le=1000, description="similar past queries per retrieval")
-    hops: int | None = Field(None, ge=0, le=4, description="query-graph expansion depth")
-    scoring: Scoring | None = None
-    similarity_power: float | None = Field(None, ge=1.0, le=8.0)
-    archive_policy: ArchivePolicy | None = None
-    archive_ratio: float | None = Field(None, ge=0.0)
-    archive_min: int | None = Field(None, ge=1, le=1000)
-
-    def set_fields(self) -> dict[str, Any]:
-        """The overridden fields, by their ``Settings`` names."""
-        return self.model_dump(exclude_none=True)
-
-
-#: The names a user types (``lambda``, not ``lambda_``).
-OVERRIDABLE = tuple(f.alias or name for name, f in NamespaceOverrides.model_fields.items())
 
 
 def _field_name(name: str) -> str:
@@ -65,7 +41,7 @@ class NamespaceSettings:
     """The store of per-namespace overrides and the resolver of effective settings (callable)."""
 
     def __init__(self, client: Client, base: Settings, ttl_s: float | None = None) -> None:
-        self.client = client
+        self.client = mapped(client)
         self.base = base
         self.ttl_s = base.tenancy_cache_s if ttl_s is None else ttl_s
         self._cache: dict[str, tuple[float, Settings]] = {}
@@ -79,7 +55,7 @@ class NamespaceSettings:
             return hit[1]
         try:
             effective = self._effective(self.get(namespace))
-        except (redis.RedisError, OSError) as exc:
+        except (EvomemError, redis.RedisError, OSError) as exc:
             # Redis away: keep serving what was known (retrieval fails open), else the global settings
             log.debug("tenancy.settings_unreadable", namespace=namespace, error=str(exc))
             return hit[1] if hit is not None else self.base
@@ -155,4 +131,4 @@ def _valid(name: str, value: Any) -> bool:
     return True
 
 
-__all__ = ["OVERRIDABLE", "NamespaceOverrides", "NamespaceSettings", "SettingsResolver"]
+__all__ = ["NamespaceSettings", "SettingsResolver"]

@@ -7,10 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
-import redis
-
 from evomem import keys
-from evomem.adapters.redis.connection import Client
+from evomem.adapters.redis.connection import Client, mapped
 from evomem.errors import QuotaExceededError, TransientError
 from evomem.settings import Settings
 
@@ -29,7 +27,7 @@ class Quotas:
     """Fixed one-minute windows: a call past a limit is refused until the window ends."""
 
     def __init__(self, client: Client, settings: Settings) -> None:
-        self.r = client
+        self.r = mapped(client)
         self.events = settings.quota_events_per_minute
         self.event_bytes = settings.quota_event_bytes_per_minute
         self.retrievals = settings.quota_retrievals_per_minute
@@ -48,7 +46,7 @@ class Quotas:
             return
         try:
             counts = self._incr(namespace, [(kind, n) for kind, _, n in limits])
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        except (TransientError, OSError) as exc:
             raise TransientError("redis unreachable; the event was not published") from exc
         for (kind, limit, _), count in zip(limits, counts, strict=True):
             if count > limit:
@@ -74,7 +72,7 @@ class Quotas:
         if due:
             try:
                 (count,) = self._incr(namespace, [("retrievals", delta)])
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
+            except (TransientError, OSError):
                 return
             with self._lock:
                 if self._local.get(namespace, [None])[0] == window:

@@ -20,8 +20,8 @@ import redis
 from pydantic import TypeAdapter, ValidationError
 
 from evomem import keys
-from evomem.adapters.redis.connection import Client
-from evomem.errors import InvalidEventError, NotFoundError
+from evomem.adapters.redis.connection import Client, mapped
+from evomem.errors import EvomemError, InvalidEventError, NotFoundError
 from schemas.models import Namespace
 
 TOKEN_PREFIX = "emk_"
@@ -53,7 +53,7 @@ def digest(token: str) -> str:
 
 class TokenStore:
     def __init__(self, client: Client, ttl_s: float = 2.0) -> None:
-        self.client = client
+        self.client = mapped(client)
         self.ttl_s = ttl_s
         self._cache: OrderedDict[str, tuple[float, TokenRecord | None]] = OrderedDict()
         self._any: tuple[float, bool] = (-1e9, False)
@@ -100,7 +100,7 @@ class TokenStore:
             return hit[1]
         try:
             raw = self.client.hget(keys.TOKENS, h)
-        except (redis.RedisError, OSError):
+        except (EvomemError, redis.RedisError, OSError):
             return hit[1] if hit is not None else None  # Redis away: what was known, else no
         record = _record(raw) if raw is not None else None
         with self._lock:
@@ -118,7 +118,7 @@ class TokenStore:
             return value
         try:
             value = bool(self.client.hlen(keys.TOKENS))
-        except (redis.RedisError, OSError):
+        except (EvomemError, redis.RedisError, OSError):
             return value
         self._any = (now, value)
         return value

@@ -10,19 +10,15 @@ the second time (a node is only written if absent or older).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict
-from typing import Any, TextIO
-
-import redis
+from collections.abc import Iterable
+from typing import Any
 
 from evomem import keys
-from evomem.adapters.redis.connection import Client
+from evomem.adapters.redis.connection import Client, mapped
 from evomem.adapters.redis.graph import RedisGraphStore
-from evomem.errors import InvalidEventError
+from evomem.core.ports import EXPORT_FORMAT as FORMAT
+from evomem.errors import InvalidEventError, StoreError
 from schemas import InsightNode, QueryNode
-
-FORMAT = 2  # 2: neighbours carry their edge similarity; 1 (evomem 0.1) is read too
 
 # Write one insight unless the store holds it at the same or a newer version. The evidence goes on
 # both sides (the query's supports/harms too); returns the queries whose evidence grew. The caller
@@ -89,42 +85,10 @@ return v
 """
 
 
-def export(graph: RedisGraphStore, namespaces: Iterable[str]) -> Iterator[dict[str, Any]]:
-    """Every node of the namespaces, queries first (insights' evidence refers to them)."""
-    yield {"kind": "header", "format": FORMAT}
-    for ns in sorted(namespaces):
-        query_ids = sorted(graph.query_ids(ns))
-        neighbours = graph.neighbours(ns, query_ids)
-        for q in graph.queries(ns, query_ids).values():
-            yield {
-                "kind": "query",
-                **q.model_dump(mode="json"),
-                "neighbours": sorted([n, w] for n, w in neighbours.get(q.id, {}).items()),
-            }
-        ids = sorted(graph.insight_ids(ns))
-        heads = graph.heads(ns, ids)
-        for node in graph.insights(ids).values():
-            head = heads[node.id]
-            yield {
-                "kind": "insight",
-                **node.model_dump(mode="json"),
-                "judged": [head.judged_positive, head.judged_negative],
-                "edges": [list(e) for e in graph.edges_into(node.id)],
-                "history": [asdict(h) for h in graph.history(node.id)],
-            }
-
-
-def write_jsonl(records: Iterable[dict[str, Any]], out: TextIO) -> int:
-    n = 0
-    for record in records:
-        out.write(json.dumps(record, sort_keys=True) + "\n")
-        n += 1
-    return n
-
-
 def import_jsonl(client: Client, lines: Iterable[str]) -> dict[str, int]:
     """Write the records of an export; returns how many nodes were written and skipped."""
     RedisGraphStore(client)  # refuses a Redis in another layout, marks an empty one
+    client = mapped(client)
     put_insight = client.register_script(_PUT_INSIGHT)
     put_query = client.register_script(_PUT_QUERY)
     announce = client.register_script(_ANNOUNCE_QUERY)
@@ -146,8 +110,8 @@ def import_jsonl(client: Client, lines: Iterable[str]) -> dict[str, int]:
             continue
         try:
             counts_key, touched = _put(kind, record, put_query, put_insight, versions)
-        except redis.ResponseError as exc:
-            raise InvalidEventError(f"line {n}", str(exc)) from None
+        except StoreError as exc:  # a script's error reply: this record cannot go in
+            raise InvalidEventError(f"line {n}", str(exc.__cause__ or exc)) from None
         counts[counts_key] += 1
         if kind == "query":
             changed.update(dict.fromkeys(touched))
@@ -233,4 +197,4 @@ def _str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-__all__ = ["export", "import_jsonl", "write_jsonl"]
+__all__ = ["import_jsonl"]
