@@ -41,10 +41,11 @@ demo-llm: llm-local      ## the fleet, its maintained memory judged by a real sm
 test-llm: llm-local      ## the LLM controller end to end against a real small model on llama.cpp
 	$(BIN)/python -m pytest --real-llm -m real_llm -s tests/llm_real $(if $(LLM_TEST_MODEL),--real-llm-model $(LLM_TEST_MODEL))
 
-lint: install            ## ruff and mypy
+lint: install            ## ruff, mypy and the import contracts (pyproject.toml, [tool.importlinter])
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff format .

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -26,10 +26,20 @@ from prometheus_client.registry import Collector
 from evomem.logs import get_logger
 
 if TYPE_CHECKING:
-    from evomem.pipeline.consolidate import ConsolidationReport
     from evomem.settings import Settings
 
 log = get_logger("evomem.worker.metrics")
+
+class BatchReport(Protocol):
+    """What a batch's report tells the metrics (``evomem.pipeline.consolidate.ConsolidationReport``)."""
+
+    events: int
+    applied: int
+    replayed: int
+    dead_lettered: int
+    deferred: int
+    decisions: Mapping[tuple[str, str], int]
+
 
 #: Reads the fleet's state at scrape time: the event stream's figures and the LLM usage
 #: (``evomem.runtime.fleet_reader``).
@@ -68,7 +78,7 @@ class WorkerMetrics:
             "evomem_worker_dead_letters", "Events this worker sent to the dead letters.", registry=r
         )
 
-    def observe(self, report: ConsolidationReport, seconds: float) -> None:
+    def observe(self, report: BatchReport, seconds: float) -> None:
         if report.events == 0:
             return
         self.batches.inc()

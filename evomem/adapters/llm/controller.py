@@ -30,8 +30,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-import redis
-
 from evomem.adapters.llm.adaptive import AdaptiveLimits
 from evomem.adapters.llm.answers import DuplicateCheck, entry_text, read_answer
 from evomem.adapters.llm.client import (
@@ -48,6 +46,7 @@ from evomem.adapters.llm.prompt import PROMPT_VERSION, SYSTEM_PROMPT, PromptBatc
 from evomem.adapters.llm.ratelimit import RateLimiter
 from evomem.adapters.llm.tokens import TokenCounter, token_counter
 from evomem.adapters.llm.usage import UsageRecorder
+from evomem.adapters.redis.connection import Client
 from evomem.core.decisions import Decision, DecisionFailure, DecisionInput
 from evomem.logs import get_logger
 from evomem.settings import Settings
@@ -105,7 +104,7 @@ class LLMController:
         self.sleep = time.sleep
 
     @classmethod
-    def from_settings(cls, settings: Settings, client: redis.Redis) -> LLMController:
+    def from_settings(cls, settings: Settings, client: Client) -> LLMController:
         chat = ChatEndpoint(settings)
         scope = f"{settings.llm_base_url or 'default'}|{settings.llm_model}"
         limiter = RateLimiter(client, scope, settings.llm_rpm, settings.llm_tpm)
