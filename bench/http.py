@@ -32,6 +32,7 @@ from typing import Any, TextIO
 import numpy as np
 from pydantic import SecretStr
 
+from bench import common
 from bench import retrieval as bench
 from evomem import Memory, keys
 from evomem.adapters.redis.connection import EmbeddedRedis
@@ -145,7 +146,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also time this many connections opened back to back; 0: no (default: %(default)s)",
     )
     parser.add_argument(
-        "--out", type=Path, default=bench.DEFAULT_OUT, help="results file (default: %(default)s)"
+        "--out", type=Path, default=common.DEFAULT_OUT, help="results file (default: %(default)s)"
     )
     parser.add_argument("--seed", type=int, default=7, help="dataset seed (default: %(default)s)")
     parser.add_argument(
@@ -240,7 +241,7 @@ def token_spec(tokens: dict[str, str]) -> str:
 
 
 def latency_stats(samples_ns: Sequence[int], elapsed_s: float) -> dict[str, float]:
-    out: dict[str, float] = dict(bench.summarise(samples_ns)) if samples_ns else {}
+    out: dict[str, float] = dict(common.summarise(samples_ns)) if samples_ns else {}
     out["requests"] = len(samples_ns)
     out["qps"] = round(len(samples_ns) / elapsed_s, 1) if elapsed_s > 0 else 0.0
     return out
@@ -829,7 +830,7 @@ def scale_point(
 ) -> dict[str, Any]:
     data_dir = root / f"scale-{n_insights}"
     shutil.rmtree(data_dir, ignore_errors=True)
-    settings = bench.embedded_settings(data_dir)
+    settings = common.embedded_settings(data_dir)
     t0 = time.perf_counter()
     n_queries = plan.scale_queries
     stats = bench.build_dataset(settings, n_queries, n_insights, seed=seed, progress=progress, out=err)
@@ -846,8 +847,8 @@ def scale_point(
 
             # first pass: right after the restart, most candidates' payloads are not cached yet;
             # repeat pass: the same tasks again, their candidates now in the per-process cache
-            first = bench.time_calls(call, w, n)
-            repeat = bench.time_calls(lambda i: call(w + i), 0, n)
+            first = common.time_calls(call, w, n)
+            repeat = common.time_calls(lambda i: call(w + i), 0, n)
             cold = bench.stage_breakdown(mem, tasks[w + n :])  # tasks not seen before
             warm = bench.stage_breakdown(mem, tasks[w : w + 300])  # tasks of the passes above
             assert mem.index is not None
@@ -864,8 +865,8 @@ def scale_point(
         "n_insights": n_insights,
         "iterations": n,
         "warmup": w,
-        **bench.summarise(first),
-        "repeat": bench.summarise(repeat),
+        **common.summarise(first),
+        "repeat": common.summarise(repeat),
         "build_s": round(build_s, 1),
         "reopen_outlasted_redis_start_timeout": restart_waited,
         "dataset": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in asdict(stats).items()},
@@ -972,7 +973,7 @@ def run_http(
 ) -> dict[str, Any]:
     namespaces = list(bench.NAMESPACE_WEIGHTS)
     tokens = tokens_for(namespaces)
-    settings = bench.embedded_settings(root / "http", tokens=SecretStr(token_spec(tokens)), http_port=0)
+    settings = common.embedded_settings(root / "http", tokens=SecretStr(token_spec(tokens)), http_port=0)
     out.write(f"[HTTP and in process: {plan.queries:,} queries, {plan.insights:,} insights]\n")
     out.flush()
     stats = bench.build_dataset(settings, plan.queries, plan.insights, seed=seed, progress=progress, out=err)
@@ -1115,7 +1116,7 @@ def run(args: argparse.Namespace) -> int:
     out: TextIO = sys.stdout
     err: TextIO = sys.stderr
     plan = make_plan(args)
-    machine = bench.machine_info()
+    machine = common.machine_info()
     started = datetime.now(UTC)
     out.write(
         f"evomem bench_http: {machine['cores']} cores, {machine['cpu']}, python {machine['python']}, "
@@ -1131,7 +1132,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if args.data_dir is None:
             shutil.rmtree(root, ignore_errors=True)
-    common = {
+    shared = {
         "schema": 1,
         "timestamp": started.isoformat(timespec="seconds"),
         "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
@@ -1157,22 +1158,22 @@ def run(args: argparse.Namespace) -> int:
         "scale_largest_measured": measured[-1]["n_insights"] if measured else None,
         "scale_target_ratio": 3.0,
     }
-    bench.merge_results(
+    common.merge_results(
         args.out,
         HTTP_KEY,
         {
-            **common,
+            **shared,
             **{k: v for k, v in http.items() if k != "cprofile"},
             "cprofile": {k: v for k, v in http["cprofile"].items() if k != "text"},
             "targets": targets,
         },
     )
     if scale:  # a run without a curve (--scale "") leaves the last one in the file
-        bench.merge_results(
+        common.merge_results(
             args.out,
             SCALE_KEY,
             {
-                **common,
+                **shared,
                 "points": scale,
                 "p50_ratio_largest_to_smallest": ratio,
                 "repeat_p50_ratio_largest_to_smallest": repeat_ratio,

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.retrieval import merge_results
+from bench.common import merge_results
 from evomem.adapters.llm import usage
 from evomem.adapters.redis.connection import EmbeddedRedis, connect
 from evomem.adapters.redis.events import EventStream

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.retrieval import merge_results
+from bench.common import merge_results
 from evomem import Memory
 from evomem.adapters.redis.connection import Client, EmbeddedRedis, connect
 from evomem.adapters.redis.graph import RedisGraphStore

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.retrieval import merge_results
+from bench.common import merge_results
 from evomem import keys
 from evomem.adapters.redis.connection import EmbeddedRedis, connect
 from evomem.adapters.redis.overrides import NamespaceSettings

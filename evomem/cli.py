@@ -516,6 +516,8 @@ def _delegate(module: str, prog: str) -> Handler:
     def handler(args: argparse.Namespace) -> int:
         import importlib
 
+        if module.startswith("bench."):
+            _find_checkout()
         mod = importlib.import_module(module)
         parser = argparse.ArgumentParser(prog=prog, description=mod.__doc__)
         mod.add_arguments(parser)
@@ -523,6 +525,22 @@ def _delegate(module: str, prog: str) -> Handler:
         return code
 
     return handler
+
+
+def _find_checkout() -> None:
+    """The benchmarks are not in the package (they are a checkout's ``bench/``, beside their README and
+    results): ``evomem bench`` runs the retrieval suite of the checkout it is started in (or under),
+    the same as ``python -m bench.retrieval`` there, and says how to get one otherwise."""
+    here = Path.cwd().resolve()
+    for root in (here, *here.parents):
+        if (root / "bench" / "retrieval.py").is_file() and (root / "bench" / "common.py").is_file():
+            if str(root) not in sys.path:
+                sys.path.insert(0, str(root))
+            return
+    raise CommandError(
+        "the benchmarks are not part of the installed package: run `evomem bench` (or `make bench`, or "
+        "`python -m bench.<suite>`) inside a checkout of the evomem repository"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -537,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, module, help_ in (
         ("demo", "evomem.demo", "run a simulated agent fleet on an embedded memory"),
-        ("bench", "bench.retrieval", "measure retrieval and report latency"),
+        ("bench", "bench.retrieval", "measure retrieval and report latency (in a checkout: bench/)"),
     ):
         sp = sub.add_parser(name, help=help_, add_help=False)
         sp.set_defaults(func=_delegate(module, f"evomem {name}"), delegated=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import common
 from bench import http as bench_http
 from bench import retrieval as bench
 
@@ -123,14 +124,14 @@ def test_a_results_file_in_the_old_layout_is_merged_not_wiped(tmp_path: Path) ->
     path = tmp_path / "results.json"
     old = {"schema": 1, "scenarios": [{"name": "retrieve"}], "machine": {"cores": 2}, "llm": {"x": 1}}
     path.write_text(json.dumps(old))
-    bench.merge_results(path, "http", {"levels": []})
+    common.merge_results(path, "http", {"levels": []})
     doc = json.loads(path.read_text())
     assert doc == {
         "retrieval": {"schema": 1, "scenarios": [{"name": "retrieve"}], "machine": {"cores": 2}},
         "llm": {"x": 1},
         "http": {"levels": []},
     }
-    bench.merge_results(path, "retrieval", {"schema": 1, "scenarios": []})
+    common.merge_results(path, "retrieval", {"schema": 1, "scenarios": []})
     assert json.loads(path.read_text())["retrieval"] == {"schema": 1, "scenarios": []}
     assert json.loads(path.read_text())["http"] == {"levels": []}
 

@@ -30,15 +30,18 @@ if TYPE_CHECKING:
 
 log = get_logger("evomem.worker.metrics")
 
+
 class BatchReport(Protocol):
     """What a batch's report tells the metrics (``evomem.pipeline.consolidate.ConsolidationReport``)."""
 
-    events: int
-    applied: int
-    replayed: int
-    dead_lettered: int
-    deferred: int
-    decisions: Mapping[tuple[str, str], int]
+    @property
+    def events(self) -> int: ...
+
+    @property
+    def dead_lettered(self) -> int: ...
+
+    @property
+    def decisions(self) -> Mapping[tuple[str, str], int]: ...
 
 
 #: Reads the fleet's state at scrape time: the event stream's figures and the LLM usage
