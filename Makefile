@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install llm-local demo demo-llm test test-llm lint format bench bench-quality bench-growth schemas up down clean
+.PHONY: install llm-local demo demo-llm test test-slow test-all test-llm lint format bench bench-quality bench-growth schemas up down clean
 
 install: $(STAMP)
 
@@ -32,7 +32,13 @@ $(LLM_STAMP): $(STAMP)
 demo: install            ## a simulated agent fleet on the embedded stack, offline
 	$(BIN)/evomem demo
 
-test: install            ## the whole test suite, on real redis-server and Qdrant Edge
+test: install            ## every test but the long real-process runs, on real redis-server and Qdrant Edge
+	$(BIN)/python -m pytest -m "not slow"
+
+test-slow: install       ## the long real-process runs (SIGKILL mid-batch, Redis restart, benchmark smoke runs)
+	$(BIN)/python -m pytest -m slow
+
+test-all: install        ## both tiers
 	$(BIN)/python -m pytest
 
 demo-llm: llm-local      ## the fleet, its maintained memory judged by a real small model on llama.cpp

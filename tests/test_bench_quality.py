@@ -21,6 +21,7 @@ from evomem import Memory, Settings
 from evomem.testing.llm_server import LLMTestServer
 
 
+@pytest.mark.slow
 def test_quality_bench_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results.json"
     out.write_text(json.dumps({"llm": {"kept": True}}))

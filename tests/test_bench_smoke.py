@@ -136,6 +136,7 @@ def test_a_results_file_in_the_old_layout_is_merged_not_wiped(tmp_path: Path) ->
     assert json.loads(path.read_text())["http"] == {"levels": []}
 
 
+@pytest.mark.slow
 def test_the_http_benchmark_drives_the_service_from_another_process(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,6 +11,8 @@ import pytest
 from bench import llm as bench_llm
 from evomem import demo
 
+pytestmark = pytest.mark.slow  # the whole demo, in processes
+
 
 def test_the_demo_fleet_runs_through_the_llm_controller_offline(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

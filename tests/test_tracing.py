@@ -105,6 +105,7 @@ def test_the_context_travels_through_the_http_service(
     _chain(spans.get_finished_spans(), agent)
 
 
+@pytest.mark.slow
 def test_a_worker_process_continues_the_reporters_trace(
     settings: Settings, redis_url: str, redis_client: redis.Redis, tmp_path: Path, spans: InMemorySpanExporter
 ) -> None:

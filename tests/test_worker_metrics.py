@@ -108,6 +108,7 @@ def _worker_url(log: Path) -> str | None:
     return found.group(1) if found else None
 
 
+@pytest.mark.slow
 def test_worker_process_and_service_scrape_cleanly_and_the_dashboard_uses_their_names(
     service: EvomemHTTPServer, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
@@ -156,6 +157,7 @@ def test_worker_process_and_service_scrape_cleanly_and_the_dashboard_uses_their_
     assert covered <= used and "evomem_request_seconds_bucket" in used
 
 
+@pytest.mark.slow
 def test_flower_follows_the_workers(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> None:
     """``celery -A workers.app flower`` against our Celery app: it sees the worker online and the
     consolidation tasks it runs (its own Prometheus /metrics says so)."""
