@@ -304,7 +304,7 @@ def open_worker(
 ) -> ConsolidationWorker:
     """A consolidation loop on the Redis the settings name (or on ``client``, which the caller
     keeps): the event log, the edit store and the controller. ``observe`` is told of every batch
-    (``evomem worker`` passes its Prometheus metrics)."""
+    (by default this process's worker metrics, ``evomem.ops.worker_metrics``)."""
     settings = settings or Settings()
     client = mapped(connect_redis(settings) if client is None else client)
     graph = RedisGraphStore(client, degree=settings.query_degree)

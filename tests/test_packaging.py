@@ -38,3 +38,12 @@ def test_the_wheel_holds_the_package_and_no_benchmark(tmp_path: Path) -> None:
     assert "evomem/adapters/redis/lua/apply.lua" in names and "schemas/json/task_event.schema.json" in names
     assert "workers/tasks.py" in names
     assert not [n for n in names if n.startswith("bench/") or "/bench" in n or n.startswith("tests/")]
+
+
+def test_evomem_bench_runs_the_checkouts_suite_and_says_where_it_is_elsewhere(tmp_path: Path) -> None:
+    cli = [sys.executable, "-m", "evomem.cli", "bench", "--help"]
+    inside = subprocess.run(cli, cwd=ROOT / "evomem", capture_output=True, text=True, timeout=120)
+    assert inside.returncode == 0 and "usage: evomem bench" in inside.stdout
+    outside = subprocess.run(cli, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert outside.returncode == 1
+    assert "not part of the installed package" in outside.stderr and "checkout" in outside.stderr

@@ -29,7 +29,7 @@ from evomem.adapters.qdrant.common import (
 )
 from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
 from evomem.core.retrieval import ServingInsight
-from evomem.errors import ConfigError, StoreLockedError
+from evomem.errors import ConfigError, EvomemError, StoreError, StoreLockedError
 
 #: Below this many points a sparse search scores points one by one instead of walking the inverted
 #: index; Qdrant's default (5000) made the top-k of a namespace of a few thousand queries take
@@ -37,6 +37,31 @@ from evomem.errors import ConfigError, StoreLockedError
 SPARSE_FULL_SCAN_THRESHOLD = 500
 LAYOUT = "2"  # the payload layout of the shards (evomem/adapters/qdrant/common.py)
 _LAYOUT_FILE = "LAYOUT"
+
+
+class _Guarded:
+    """A shard of the engine behind the error boundary: whatever the engine raises from a call (its
+    errors are bare exception types) leaves as ``StoreError`` naming the call and the store; a
+    ``ValueError``/``TypeError`` (a bad argument: a bug here) and evomem's own errors pass as they are."""
+
+    def __init__(self, shard: Any, where: str) -> None:
+        self._shard = shard
+        self._where = where
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._shard, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except (EvomemError, ValueError, TypeError):
+                raise
+            except Exception as exc:
+                raise StoreError(f"qdrant edge refused {name} on {self._where}: {exc}") from exc
+
+        return call
 
 
 class EdgeIndex:
@@ -76,9 +101,9 @@ class EdgeIndex:
             config = qe.EdgeConfig(vectors={VECTOR_NAME: params})
         try:
             if (path / "segments").exists():
-                return qe.EdgeShard.load(str(path))
+                return _Guarded(qe.EdgeShard.load(str(path)), str(path))
             path.mkdir(parents=True, exist_ok=True)
-            shard = qe.EdgeShard.create(str(path), config)
+            shard = _Guarded(qe.EdgeShard.create(str(path), config), str(path))
         except Exception as exc:  # the engine raises a bare exception type for a held WAL lock
             if "WouldBlock" in str(exc):
                 raise StoreLockedError(
