@@ -31,6 +31,7 @@ from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.runtime import open_worker
 from evomem.settings import Settings
 from evomem.testing.llm_server import LLMTestServer
+from evomem.testing.seeding import seed_insights
 from schemas import TaskEvent
 
 RESULTS = Path("bench/results.json")
@@ -89,28 +90,9 @@ def _events(rng: random.Random, hot: list[str], n: int) -> list[TaskEvent]:
 
 
 def _seed(client: Any) -> list[str]:
-    from evomem.core.editing import added_insight_id, plan_edits
-    from schemas import AddDecision, ControllerDecision
-    from schemas.models import utcnow
-
-    graph, ids = RedisGraphStore(client), []
-    for text in LESSONS:
-        event = TaskEvent(namespace=NS, query=f"seed: {text}", status="resolved")
-        decision = ControllerDecision(add_new_insight=AddDecision(decision=True, new_insight_text=text))
-        graph.apply(
-            plan_edits(
-                event,
-                decision,
-                retrieved=[],
-                similar=[],
-                allowed_operations={"KEEP"},
-                archive_policy="evidence",
-                archive_ratio=0.5,
-                at=utcnow(),
-            )
-        )
-        ids.append(added_insight_id(NS, str(event.event_id)))
-    return ids
+    return seed_insights(
+        RedisGraphStore(client), NS, LESSONS, archive_policy="evidence", decided_by="controller"
+    )
 
 
 def _consolidate(settings: Settings, client: Any, events: list[TaskEvent]) -> tuple[float, int]:
