@@ -26,4 +26,9 @@ class Memory(LocalMemory):
         return cls.open_local(settings, index=index)
 
 
+def _both_are_clients(local: LocalMemory, remote: RemoteMemory) -> tuple[MemoryClient, MemoryClient]:
+    """Never called: mypy checks here that both clients offer the protocol's calls."""
+    return local, remote
+
+
 __all__ = ["InsightView", "LocalMemory", "Memory", "MemoryClient", "RemoteInsight", "RemoteMemory"]
