@@ -61,6 +61,7 @@ class _Guarded:
             except Exception as exc:
                 raise StoreError(f"qdrant edge refused {name} on {self._where}: {exc}") from exc
 
+        setattr(self, name, call)  # wrapped once: the next call finds it without __getattr__
         return call
 
 

@@ -34,7 +34,7 @@ from redis.client import Pipeline
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
-from evomem.errors import ConfigError, StoreError, TransientError
+from evomem.errors import ConfigError, EvomemError, StoreError, TransientError
 
 SOCKET_NAME = "redis.sock"
 
@@ -52,24 +52,28 @@ _users_lock = threading.Lock()
 _CREDENTIALS = ("WRONGPASS", "NOAUTH", "NOPERM")
 
 
+def translate(exc: redis.RedisError, command: Sequence[Any] = ()) -> EvomemError:
+    """The one translation of redis-py's exceptions into evomem's error tree."""
+    if isinstance(exc, redis.AuthenticationError):
+        return ConfigError("redis refused the credentials of EVOMEM_REDIS_URL")
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return TransientError(f"redis unreachable: {exc}")
+    if isinstance(exc, redis.ResponseError):
+        if str(exc).startswith(_CREDENTIALS):
+            return ConfigError("redis refused the credentials of EVOMEM_REDIS_URL")
+        return StoreError(f"redis refused {_command_name(command) or 'a command'}: {exc}")
+    return StoreError(f"redis: {type(exc).__name__}: {exc}")
+
+
 @contextlib.contextmanager
 def redis_errors(command: Sequence[Any] = ()) -> Iterator[None]:
-    """The one translation of redis-py's exceptions into evomem's error tree."""
+    """``translate`` around a block (for code that holds a client outside ``RedisClient``)."""
     try:
         yield
     except NoScriptError:
         raise  # redis-py's Script catches it and loads the script: not an error of ours
-    except redis.AuthenticationError as exc:
-        raise ConfigError("redis refused the credentials of EVOMEM_REDIS_URL") from exc
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise TransientError(f"redis unreachable: {exc}") from exc
-    except redis.ResponseError as exc:
-        if str(exc).startswith(_CREDENTIALS):
-            raise ConfigError("redis refused the credentials of EVOMEM_REDIS_URL") from exc
-        name = _command_name(command) or "a command"
-        raise StoreError(f"redis refused {name}: {exc}") from exc
     except redis.RedisError as exc:
-        raise StoreError(f"redis: {type(exc).__name__}: {exc}") from exc
+        raise translate(exc, command) from exc
 
 
 def _command_name(command: Sequence[Any]) -> str:
@@ -83,8 +87,13 @@ class RedisClient(redis.Redis):
     """A redis-py client whose every command and pipeline raises evomem's errors (``redis_errors``)."""
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
-        with redis_errors(args):
+        # a plain try, not a context manager: this is every command's path
+        try:
             return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except NoScriptError:
+            raise  # redis-py's Script catches it and loads the script: not an error of ours
+        except redis.RedisError as exc:
+            raise translate(exc, args) from exc
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> _MappedPipeline:
         return _MappedPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
@@ -95,9 +104,13 @@ class _MappedPipeline(Pipeline):
     commands' redis exceptions come back in their places, for the adapter to translate."""
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
-        with redis_errors(("pipeline",)):
+        try:
             result: list[Any] = super().execute(raise_on_error)
-            return result
+        except NoScriptError:
+            raise
+        except redis.RedisError as exc:
+            raise translate(exc, ("pipeline",)) from exc
+        return result
 
 
 def mapped(client: Client) -> Client:
@@ -275,4 +288,4 @@ def connect(url: str) -> Client:
         raise ConfigError(f"EVOMEM_REDIS_URL is not a Redis URL: {exc}") from None
 
 
-__all__ = ["Client", "EmbeddedRedis", "RedisClient", "connect", "mapped", "redis_errors"]
+__all__ = ["Client", "EmbeddedRedis", "RedisClient", "connect", "mapped", "redis_errors", "translate"]
