@@ -404,6 +404,7 @@ class Memory:
             self._follower.join(timeout=5)
         if self.index is not None:
             self.index.close()
+        self.controller.close()
         self.redis.close()
         if self._embedded is not None:
             self._embedded.release()

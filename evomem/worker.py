@@ -93,6 +93,7 @@ class ConsolidationWorker:
         return total
 
     def close(self) -> None:
+        self.consolidator.controller.close()
         self.redis.close()
 
 
