@@ -613,3 +613,33 @@ def test_the_sizing_tables_read_the_keys_they_name() -> None:
         assert f"Not measured: `bench/results.json` has no `{missing}`." in text
     with pytest.raises(ValueError):
         sizing.splice("no markers here", text)
+
+
+def test_the_guide_s_table_of_requests_is_what_the_manifests_ask(built: list[dict[str, Any]]) -> None:
+    guide = (DEPLOY / "SIZING.md").read_text().split("## What the manifests ask for", 1)[1]
+    lines = [line for line in guide.splitlines() if line.startswith("| ") and not line.startswith("| pod ")]
+    rows = [line.split("|")[1:4] for line in lines]
+    components = {"worker": "worker", "retrieval service": "service", "Redis": "redis", "Qdrant": "qdrant"}
+
+    def cpu(value: str | None) -> float | None:
+        if value is None or value.strip() in ("–", ""):
+            return None
+        value = value.strip()
+        return float(value[:-1]) / 1000 if value.endswith("m") else float(value)
+
+    seen = set()
+    for label, cpus, memory in rows:
+        component = next(c for prefix, c in components.items() if label.strip().startswith(prefix))
+        seen.add(component)
+        res = _workload(built, component)["spec"]["template"]["spec"]["containers"][0]["resources"]
+        cpu_request, cpu_limit = cpus.split(" / ")
+        assert (cpu(cpu_request), cpu(cpu_limit)) == (
+            cpu(res["requests"]["cpu"]),
+            cpu(res.get("limits", {}).get("cpu")),
+        ), component
+        mem_request, mem_limit = memory.split(" / ")
+        assert (mem_request.strip(), mem_limit.split()[0]) == (
+            res["requests"]["memory"],
+            res["limits"]["memory"],
+        )
+    assert seen == set(components.values())
