@@ -239,6 +239,8 @@ class Runtime:
             self.retriever.close()
         if self.index is not None:
             self.index.close()
+        if "controller" in self.__dict__:  # built only on first use
+            self.controller.close()
         self.redis.close()
         if self._embedded is not None:
             self._embedded.release()
@@ -309,14 +311,20 @@ def open_worker(
     client = mapped(connect_redis(settings) if client is None else client)
     graph = RedisGraphStore(client, degree=settings.query_degree)
     events = EventStream(client, settings.stream_maxlen)
+    controller = make_controller(settings, client)
     consolidator = Consolidator(
         graph,
         events,
-        make_controller(settings, client),
+        controller,
         settings,
         max_deliveries=settings.max_deliveries,
         resolve=NamespaceSettings(client, settings),
     )
+
+    def close() -> None:
+        controller.close()
+        client.close()
+
     if observe is None:
         from evomem.ops.worker_metrics import worker_metrics
 
@@ -327,7 +335,7 @@ def open_worker(
         settings,
         consumer or settings.consumer_name or default_consumer(),
         observe=observe,
-        on_close=client.close,
+        on_close=close,
     )
 
 

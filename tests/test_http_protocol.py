@@ -416,3 +416,16 @@ def test_retrieval_and_event_byte_quotas_refuse_with_a_quota_error(
             mem.report(None, namespace="alpha", query="q" * 3000, status="failed")
         assert "bytes" in str(err.value) and err.value.retry_after_s >= 1
         mem.report(None, namespace="beta", query="q", status="failed")  # its own budget
+
+
+def test_a_boolean_is_not_a_number_of_insights(server: EvomemHTTPServer) -> None:
+    """``"budget": true`` is refused naming the field, as the OpenAPI document's integer says."""
+    for field in ("budget", "top_k"):
+        wire = Wire(server)
+        wire.send(
+            request(
+                "POST", "/v1/retrieve", json.dumps({"query": "q", "namespace": "alpha", field: True}).encode()
+            )
+        )
+        status, _, body = wire.response()
+        assert status == 422 and json.loads(body)["field"] == field

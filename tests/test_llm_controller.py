@@ -4,6 +4,7 @@ budget, validation of REVISE and ADD, and which controller the settings select."
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,11 +49,23 @@ def inp(
     return DecisionInput(event, retrieved, OPS)
 
 
+_made: list[LLMController] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_controllers() -> Iterator[None]:
+    """Each controller holds an HTTP client's connections: closed after every test."""
+    yield
+    while _made:
+        _made.pop().close()
+
+
 def controller(
     tmp_path: Path, redis_url: str, client: redis.Redis, server: LLMTestServer, **overrides: object
 ) -> LLMController:
     c = make_controller(llm_settings(tmp_path, redis_url, server, **overrides), client)
     assert isinstance(c, LLMController)
+    _made.append(c)
     return c
 
 
@@ -252,6 +265,7 @@ def test_the_settings_choose_the_controller(
     assert isinstance(make_controller(Settings(**base), redis_client), RuleController)  # type: ignore[arg-type]
     auto = make_controller(Settings(**base, llm_base_url=llm_server.url), redis_client)  # type: ignore[arg-type]
     assert isinstance(auto, LLMController) and auto.name == f"llm:gpt-4o-mini:prompt-v{PROMPT_VERSION}"
+    auto.close()
     assert isinstance(
         make_controller(
             Settings(**base, controller="rules", llm_base_url=llm_server.url),  # type: ignore[arg-type]

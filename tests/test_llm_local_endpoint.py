@@ -312,3 +312,35 @@ def test_a_dead_letter_quotes_the_models_entry_for_its_event_not_the_whole_answe
     answer = json.dumps({"events": [{"event": 1, "x": "long " * 80}, {"event": 2, "insight_edits": []}]})
     assert entry_text(answer, 2) == '{"event":2,"insight_edits":[]}'
     assert entry_text(answer, 3) == answer and entry_text("not json", 1) == "not json"
+
+
+def test_a_revision_may_repeat_an_insight_the_report_quotes_but_not_the_task() -> None:
+    """An agent that says which insight it applied quotes the insight, not its task: a revision that
+    shares words with that quote is no copy of the task (the duplicate check weighs repeats)."""
+    from datetime import UTC, datetime
+
+    from evomem.adapters.llm.answers import copied_from_task, task_words
+    from evomem.adapters.llm.prompt import build_batch
+    from evomem.adapters.llm.tokens import EstimatedTokens
+    from evomem.core.decisions import DecisionInput
+    from evomem.core.ports import InsightHead
+    from schemas import TaskEvent
+
+    applied = "Check the congestion window first and write down what it shows before you change anything."
+    head = InsightHead("i1", "ns", applied, "active", 1)
+    event = TaskEvent(
+        namespace="ns",
+        query="Draft a brief guide on tcp congestion control for our wiki",
+        status="failed",
+        trajectory=[f"applied an insight from memory: {applied}", "the draft went out without a review"],
+        occurred_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    batch = build_batch(
+        [DecisionInput(event, (head,), frozenset({"KEEP", "ARCHIVE", "REVISE"}))], EstimatedTokens(), 1500
+    )
+    words = task_words(batch)
+    assert (
+        copied_from_task("For tcp, check the congestion window first and write down what it shows.", words)
+        is None
+    )
+    assert copied_from_task("Note that the draft went out without a review at all.", words) is not None

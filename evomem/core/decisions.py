@@ -55,6 +55,10 @@ class Controller(Protocol):
         one event's failure must not cost the others their decision."""
         ...
 
+    def close(self) -> None:
+        """Release what the controller holds (an LLM client's connections)."""
+        ...
+
 
 class RuleController:
     """Offline judgement from the outcome alone: a resolved task keeps the insights it gives reason to
@@ -82,6 +86,9 @@ class RuleController:
 
     def decide(self, inputs: Sequence[DecisionInput]) -> list[ControllerDecision]:
         return [self._decide(i) for i in inputs]
+
+    def close(self) -> None:
+        """Nothing to release."""
 
     def relevant(self, inp: DecisionInput, insight: InsightHead, task: Sequence[SparseVec]) -> bool:
         if self.credit == "all" or inp.relevance.get(insight.id, 0.0) >= REPEAT_SIMILARITY:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
 from schemas import InsightNode, TaskEvent
@@ -16,11 +16,17 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _not_a_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # JSON true is no count, though Python takes it for 1
+        raise ValueError("Input should be a valid integer")
+    return value
+
+
 class RetrieveRequest(_Body):
     query: str = Field(min_length=1, max_length=8000)
     namespace: Namespace = "default"
-    top_k: int | None = Field(None, ge=1, le=1000)
-    budget: int | None = Field(None, ge=1, le=100)
+    top_k: Annotated[int, Field(ge=1, le=1000), BeforeValidator(_not_a_bool)] | None = None
+    budget: Annotated[int, Field(ge=1, le=100), BeforeValidator(_not_a_bool)] | None = None
 
 
 class ServedInsight(_Body):

@@ -91,10 +91,17 @@ class _State:
     context_tokens: int | None = None  # the model's context: a longer prompt is refused (400)
     faults: list[Fault] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
-    in_flight: int = 0
+    in_flight: int = 0  # requests of the current epoch being answered
     max_in_flight: int = 0
+    epoch: int = 0  # a reset starts a new one: a request left over from before it is not counted
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
+
+    def new_epoch(self) -> None:
+        """Count in-flight requests afresh (call with the lock held)."""
+        self.epoch += 1
+        self.in_flight = 0
+        self.max_in_flight = 0
 
     def take(
         self, text: str, kinds: frozenset[str] | None = None, exclude: frozenset[str] = frozenset()
@@ -213,17 +220,19 @@ class _Handler(BaseHTTPRequestHandler):
             with state.lock:
                 state.faults.clear()
                 state.calls.clear()
-                state.max_in_flight = 0
+                state.new_epoch()
             self._send(200, {"ok": True})
         elif self.path.rstrip("/") == "/v1/chat/completions":
             with state.lock:
+                epoch = state.epoch
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
             try:
                 self._chat(body)
             finally:
                 with state.lock:
-                    state.in_flight -= 1
+                    if state.epoch == epoch:
+                        state.in_flight -= 1
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -450,7 +459,7 @@ class LLMTestServer:
         with self.state.lock:
             self.state.faults.clear()
             self.state.calls.clear()
-            self.state.max_in_flight = 0
+            self.state.new_epoch()
             self.state.refusal_status = refusal_status
             self.state.context_tokens = context_tokens
             if latency_s is not None:

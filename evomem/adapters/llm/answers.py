@@ -221,13 +221,20 @@ def _revise_problem(n: int, edit: _Edit, view: EventView, tasks: str) -> str | N
 def task_words(batch: PromptBatch) -> str:
     """The words of every report the model was shown in this call (query, trajectory, answer,
     feedback; not the proposed insights, which are offered to be copied), lower-cased, one space
-    apart, with a space at each end."""
+    apart, with a space at each end. Where a report quotes one of the call's insights (an agent
+    saying which insight it applied), the quote is cut out: repeating an insight is the duplicate
+    check's business, not a copy of the task."""
     parts = []
     for view in batch.events:
         event = view.input.event
         steps = (s if isinstance(s, str) else json.dumps(s, default=str) for s in event.trajectory)
         parts += [event.query, *steps, event.final_answer or "", event.feedback or ""]
-    return " " + " ".join(_WORD.findall(" ".join(parts).lower())) + " "
+    words = " " + " ".join(_WORD.findall(" ".join(parts).lower())) + " "
+    for insight in batch.insights.values():
+        quoted = " ".join(_WORD.findall(insight.text.lower()))
+        if len(quoted.split()) >= COPIED_WORDS:
+            words = words.replace(f" {quoted} ", " | ")
+    return words
 
 
 def copied_from_task(text: str, tasks: str) -> str | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import time
+import weakref
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
@@ -102,6 +103,8 @@ class ChatEndpoint:
             timeout=openai.Timeout(settings.llm_timeout_s, connect=min(5.0, settings.llm_timeout_s)),
             max_retries=0,
         )
+        # an endpoint dropped without close() (a worker torn down, a test) still lets go of its sockets
+        self._release = weakref.finalize(self, self.client.close)
 
     def complete(
         self,
@@ -189,7 +192,7 @@ class ChatEndpoint:
         return _KEYLIKE.sub("***", text)[:_MESSAGE_CHARS]
 
     def close(self) -> None:
-        self.client.close()
+        self._release()
 
 
 def _said(exc: openai.APIStatusError) -> str:
