@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install llm-local demo demo-llm test test-llm lint format bench bench-quality bench-growth schemas up down clean
+.PHONY: install llm-local demo demo-llm test test-slow test-all test-llm lint format bench bench-quality bench-growth schemas up down clean
 
 install: $(STAMP)
 
@@ -32,7 +32,13 @@ $(LLM_STAMP): $(STAMP)
 demo: install            ## a simulated agent fleet on the embedded stack, offline
 	$(BIN)/evomem demo
 
-test: install            ## the whole test suite, on real redis-server and Qdrant Edge
+test: install            ## every test but the long real-process runs, on real redis-server and Qdrant Edge
+	$(BIN)/python -m pytest -m "not slow"
+
+test-slow: install       ## the long real-process runs (SIGKILL mid-batch, Redis restart, benchmark smoke runs)
+	$(BIN)/python -m pytest -m slow
+
+test-all: install        ## both tiers
 	$(BIN)/python -m pytest
 
 demo-llm: llm-local      ## the fleet, its maintained memory judged by a real small model on llama.cpp
@@ -41,20 +47,21 @@ demo-llm: llm-local      ## the fleet, its maintained memory judged by a real sm
 test-llm: llm-local      ## the LLM controller end to end against a real small model on llama.cpp
 	$(BIN)/python -m pytest --real-llm -m real_llm -s tests/llm_real $(if $(LLM_TEST_MODEL),--real-llm-model $(LLM_TEST_MODEL))
 
-lint: install            ## ruff and mypy
+lint: install            ## ruff, mypy and the import contracts (pyproject.toml, [tool.importlinter])
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 bench: install           ## benchmarks; figures printed and merged into bench/results.json
-	$(BIN)/evomem bench
-	$(BIN)/python -m evomem.bench_pipeline
-	$(BIN)/python -m evomem.bench_llm
-	$(BIN)/python -m evomem.bench_http
+	$(BIN)/python -m bench.retrieval
+	$(BIN)/python -m bench.pipeline
+	$(BIN)/python -m bench.llm
+	$(BIN)/python -m bench.http
 	$(BIN)/python -m bench.growth
 
 bench-growth: install    ## cost per task as the memory learns (10k and 100k tasks), and the hot insight

@@ -34,11 +34,11 @@ from typing import Any, TextIO
 import numpy as np
 
 from bench import hot
+from bench.common import embedded_settings, machine_info, merge_results, summarise
 from bench.probes import Progress, ProjectionTimer, cpu_s, redis_pid, redis_used_memory_mb, rss_mb
 from bench.report import checks, format_table, profile_summary
 from bench.world import Agent, Task, World
 from evomem import ConsolidationReport, Memory, Settings
-from evomem.bench import embedded_settings, machine_info, merge_results, summarise
 
 RESULTS_KEY = "growth"
 RESULTS_SCHEMA = 1

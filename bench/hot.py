@@ -1,12 +1,12 @@
 """The hot insight: one insight carrying N positive evidence ids beside a fresh one carrying one, in
 one namespace; a KEEP and a retrieval that serves each are timed, and compared.
 
-Built through ``evomem.transfer.import_jsonl`` (what ``evomem import`` runs): 2N query nodes of two
-task families, A (the hot insight's N evidence queries) and B (N queries no insight cites, but one,
-the fresh insight's). B is A with every word but the stop words ROT13-encoded: the hashing
-embedder's features of a B text are those of its A text under a bijection, so the similar-query
-search (Eq. 2) and the expansion cost the same on either side, and only the evidence the served
-insight carries differs.
+Built through ``evomem.adapters.redis.transfer.import_jsonl`` (what ``evomem import`` runs): 2N
+query nodes of two task families, A (the hot insight's N evidence queries) and B (N queries no
+insight cites, but one, the fresh insight's). B is A with every word but the stop words
+ROT13-encoded: the hashing embedder's features of a B text are those of its A text under a
+bijection, so the similar-query search (Eq. 2) and the expansion cost the same on either side, and
+only the evidence the served insight carries differs.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from typing import Any, TextIO
 
 from bench.probes import Progress, ProjectionTimer, rss_mb
 from evomem import Memory
-from evomem.transfer import FORMAT, import_jsonl
+from evomem.adapters.redis.transfer import import_jsonl
+from evomem.pipeline.transfer import FORMAT
 
 NAMESPACE = "hot"
 FAMILIES = ("A", "B")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from evomem import Memory
-from evomem.redis_server import EmbeddedRedis
+from evomem.adapters.redis.connection import EmbeddedRedis
 
 _STATUS_FIELDS = {"VmRSS": "rss", "VmHWM": "peak", "RssAnon": "anon", "RssFile": "file"}
 

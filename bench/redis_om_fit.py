@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import merge_results
 from evomem import keys
-from evomem.bench import merge_results
-from evomem.redis_server import EmbeddedRedis, connect
+from evomem.adapters.redis.connection import EmbeddedRedis, connect
+from evomem.adapters.redis.overrides import NamespaceSettings
 from evomem.settings import Settings
-from evomem.tenancy import NamespaceSettings
 
 N = 3000
 OTHER_KEYS = 50_000  # the rest of a small memory's keyspace, which a SCAN walks through

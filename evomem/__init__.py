@@ -1,6 +1,6 @@
 """evomem: failure-aware editable graph memory for fleets of LLM agents."""
 
-from evomem.consolidation import ConsolidationReport
+from evomem.core.retrieval import ScoredInsight
 from evomem.errors import (
     ConfigError,
     EvomemError,
@@ -11,9 +11,9 @@ from evomem.errors import (
     StoreLockedError,
     TransientError,
 )
-from evomem.memory import InsightView, Memory
-from evomem.retrieval import ScoredInsight
-from evomem.retriever import Retrieval
+from evomem.pipeline.consolidate import ConsolidationReport
+from evomem.pipeline.retrieve import Retrieval
+from evomem.sdk import InsightView, Memory
 from evomem.settings import Settings
 from schemas import TaskEvent
 

@@ -15,9 +15,8 @@ from typing import Any
 
 from evomem.errors import EvomemError, InvalidEventError, StoreLockedError
 from evomem.logs import configure_logging
-from evomem.memory import InsightView, Memory
 from evomem.ops import progress
-from evomem.remote import RemoteMemory
+from evomem.sdk import InsightView, Memory, RemoteMemory
 from evomem.settings import Settings
 from schemas import TaskEvent
 
@@ -93,7 +92,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             try:
                 event = TaskEvent.model_validate_json(raw)
             except ValueError as exc:
-                from evomem.stream import reason_of
+                from evomem.errors import reason_of
 
                 reason, fld = reason_of(exc)
                 raise InvalidEventError(fld or "event", reason) from None
@@ -219,11 +218,9 @@ DEAD_LETTERS_SHOWN, DEAD_LETTER_CHARS = 3, 400
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from evomem.llm.usage import summary as llm_usage
-
     with _open() as mem:
         stats = mem.stats()
-        stats["llm"] = llm_usage(mem.redis, mem.settings)
+        stats["llm"] = mem.runtime.llm_usage()
         # why events die, where an operator looks first: the newest reasons (with the model's answer)
         stats["recent_dead_letters"] = [
             {k: d[k] for k in ("id", "reason", "deliveries", "at")}
@@ -301,12 +298,11 @@ def _serve_worker_metrics(settings: Settings, port: int) -> None:
     import shutil
 
     from evomem.ops import worker_metrics
-    from evomem.redis_server import connect
-    from evomem.worker import redis_url
+    from evomem.runtime import connect_redis, fleet_reader
 
     directory = worker_metrics.prepare_multiprocess(settings)
     atexit.register(shutil.rmtree, directory, True)
-    registry = worker_metrics.scrape_registry(connect(redis_url(settings)), settings, directory)
+    registry = worker_metrics.scrape_registry(fleet_reader(connect_redis(settings), settings), directory)
     server, _ = worker_metrics.serve(registry, settings.http_host, port)
     print(f"worker metrics on http://{settings.http_host}:{server.server_port}/metrics", flush=True)
 
@@ -364,10 +360,8 @@ def cmd_tokens(args: argparse.Namespace) -> int:
     """API tokens made at run time; the service and the MCP server pick them up without a restart."""
     from dataclasses import asdict
 
-    from evomem.tenancy.tokens import TokenStore
-
     with _open() as mem:
-        store = TokenStore(mem.redis)
+        store = mem.runtime.tokens
         if args.action == "create":
             namespaces = ["*"] if args.all else args.namespace
             token, record = store.create(namespaces, args.name or "")
@@ -397,7 +391,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 
 def cmd_settings(args: argparse.Namespace) -> int:
     """Settings a namespace overrides (λ, budget, scoring, archive policy and ratio, k, hops)."""
-    from evomem.tenancy.overrides import OVERRIDABLE
+    from evomem.settings import OVERRIDABLE
 
     with _open() as mem:
         store = mem.namespace_settings
@@ -465,7 +459,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from evomem.transfer import export, write_jsonl
+    from evomem.pipeline.transfer import export, write_jsonl
 
     with _open() as mem:
         namespaces = args.namespace or sorted(mem.graph.namespaces())
@@ -485,14 +479,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from evomem.transfer import import_jsonl
-
     text = _read_text(args.file)
     lines: Any = io.StringIO(text)
     if progress.wanted(args.progress):
         lines = progress.iterate(lines, "import", text.count("\n") + (not text.endswith("\n")), True)
     with _open() as mem:
-        counts = import_jsonl(mem.redis, lines)
+        counts = mem.runtime.import_records(lines)
     print(
         f"imported {counts['queries']} queries and {counts['insights']} insights; "
         f"{counts['skipped']} already present"
@@ -524,6 +516,8 @@ def _delegate(module: str, prog: str) -> Handler:
     def handler(args: argparse.Namespace) -> int:
         import importlib
 
+        if module.startswith("bench."):
+            _find_checkout()
         mod = importlib.import_module(module)
         parser = argparse.ArgumentParser(prog=prog, description=mod.__doc__)
         mod.add_arguments(parser)
@@ -531,6 +525,22 @@ def _delegate(module: str, prog: str) -> Handler:
         return code
 
     return handler
+
+
+def _find_checkout() -> None:
+    """The benchmarks are not in the package (they are a checkout's ``bench/``, beside their README and
+    results): ``evomem bench`` runs the retrieval suite of the checkout it is started in (or under),
+    the same as ``python -m bench.retrieval`` there, and says how to get one otherwise."""
+    here = Path.cwd().resolve()
+    for root in (here, *here.parents):
+        if (root / "bench" / "retrieval.py").is_file() and (root / "bench" / "common.py").is_file():
+            if str(root) not in sys.path:
+                sys.path.insert(0, str(root))
+            return
+    raise CommandError(
+        "the benchmarks are not part of the installed package: run `evomem bench` (or `make bench`, or "
+        "`python -m bench.<suite>`) inside a checkout of the evomem repository"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -545,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, module, help_ in (
         ("demo", "evomem.demo", "run a simulated agent fleet on an embedded memory"),
-        ("bench", "evomem.bench", "measure retrieval and report latency"),
+        ("bench", "bench.retrieval", "measure retrieval and report latency (in a checkout: bench/)"),
     ):
         sp = sub.add_parser(name, help=help_, add_help=False)
         sp.set_defaults(func=_delegate(module, f"evomem {name}"), delegated=True)
@@ -692,7 +702,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def explain(exc: BaseException) -> tuple[str, int]:
     """A one-line message and an exit status for an error that ends a command."""
-    import redis
     from pydantic import ValidationError
 
     if isinstance(exc, KeyboardInterrupt):
@@ -705,12 +714,6 @@ def explain(exc: BaseException) -> tuple[str, int]:
         err = exc.errors()[0]
         name = "EVOMEM_" + "_".join(str(p) for p in err["loc"]).upper() if err["loc"] else "EVOMEM_*"
         return f"invalid setting {name}: {err['msg']}", 2
-    if isinstance(exc, redis.AuthenticationError) or (
-        isinstance(exc, redis.ResponseError) and str(exc).startswith(("WRONGPASS", "NOAUTH"))
-    ):
-        return "redis refused the credentials of EVOMEM_REDIS_URL", 1
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-        return f"redis unreachable: {exc}", 1
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror or exc}{where}", 1

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evomem.core.ports import EditRecord
 from evomem.errors import ConfigError, EvomemError
-from evomem.memory import Memory
 from evomem.ops.progress import Progress, add_flag, wanted
-from evomem.ports import EditRecord
+from evomem.sdk import Memory
 from evomem.settings import ArchivePolicy, OperationsMode, Settings
 from schemas import InsightNode
 
@@ -534,10 +534,8 @@ def simulate(
                 "outcomes": dict(a.outcome_counts),
             }
         if judge is not None:
-            from evomem.llm.usage import summary as llm_usage
-
             llm = {
-                **llm_usage(maintained.redis, maintained.settings),
+                **maintained.runtime.llm_usage(),
                 "endpoint": judge.label,
                 "events_applied": arms[0].applied,
                 "events_dead_lettered": arms[0].dead_lettered,
@@ -637,14 +635,14 @@ def open_judge(args: argparse.Namespace, stack: ExitStack, say: Callable[[str], 
         say(f"LLM controller: {model} at {args.llm_url}")
         return Judge(args.llm_url, model, f"{model} at {args.llm_url}", tokenizer="auto")
     if args.llm_local:
-        from evomem.llm.localserver import LocalLLMServer
+        from evomem.testing.local_llm import LocalLLMServer
 
         say("LLM controller: starting llama.cpp's server on SmolLM2-135M-Instruct …")
         server = stack.enter_context(LocalLLMServer())
         say(f"LLM controller: {server.alias} on llama.cpp at {server.url}")
         return Judge(server.url, server.alias, f"{server.alias} on llama.cpp", settings=CPU_MODEL_LIMITS)
     if args.llm:
-        from evomem.llm.testserver import LLMTestServer
+        from evomem.testing.llm_server import LLMTestServer
 
         url = stack.enter_context(LLMTestServer(latency_s=args.llm_latency_ms / 1000)).url
         say(f"LLM controller: a local OpenAI-compatible test server at {url}")

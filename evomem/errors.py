@@ -15,6 +15,9 @@ Adapters translate vendor exceptions into these at the boundary, so callers neve
 
 from __future__ import annotations
 
+import json
+import re
+
 
 class EvomemError(Exception):
     """Root of every error evomem raises on purpose."""
@@ -58,6 +61,35 @@ class QuotaExceededError(TransientError):
         self.retry_after_s = retry_after_s
 
 
+def reason_of(exc: Exception) -> tuple[str, str | None]:
+    """A one-line reason and the offending field for a validation failure."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, InvalidEventError):
+        return str(exc), exc.field
+    if isinstance(exc, ValidationError):
+        errors = exc.errors()
+        # A value that matches no member of a union (a verdict, a trajectory step) is reported once per
+        # member, under the member's tag. Drop the tags and keep the most specific of those errors, so
+        # a bad partial verdict reads "insight_feedback.<id>.revised_text", not "...literal['helpful',...]".
+        first = errors[0]["loc"][:1]
+        same_field = [e for e in errors if e["loc"][:1] == first]
+        err = max(same_field, key=lambda e: len(_field_path(e["loc"])))
+        field = ".".join(_field_path(err["loc"])) or "event"
+        return f"{field}: {err['msg']}", field
+    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+        return f"event: not valid JSON ({exc})", "event"
+    return f"{type(exc).__name__}: {exc}", None
+
+
+_UNION_TAG = re.compile(r"^(?:[a-z-]+\[.*\]|constrained-[a-z]+|str|int|float|bool|dict|list|PartialVerdict)$")
+
+
+def _field_path(loc: tuple[int | str, ...]) -> list[str]:
+    """The location of an error without pydantic's union-member tags (``str``, ``literal[...]``, ...)."""
+    return [str(p) for n, p in enumerate(loc) if n == 0 or not (isinstance(p, str) and _UNION_TAG.match(p))]
+
+
 __all__ = [
     "ConfigError",
     "EvomemError",
@@ -67,4 +99,5 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "TransientError",
+    "reason_of",
 ]

@@ -158,7 +158,8 @@ def quota(namespace: str, window: int, kind: str) -> str:
 
 
 def namespace_settings(namespace: str) -> str:
-    """Hash: the settings this namespace overrides (field -> JSON value); see ``evomem.tenancy``."""
+    """Hash: the settings this namespace overrides (field -> JSON value); see
+    ``evomem.adapters.redis.overrides``."""
     return _key(namespace, "settings")
 
 

@@ -15,14 +15,15 @@ import sys
 import time
 from pathlib import Path
 
-from evomem.redis_server import EmbeddedRedis
+from evomem.runfiles import logs_dir, run_dir
+from evomem.runtime import ensure_redis, stop_redis
 from evomem.settings import Settings
 
 STOP_TIMEOUT_S = 30.0
 
 
 def _dirs(settings: Settings) -> tuple[Path, Path]:
-    run, logs = settings.data_dir / "run", settings.data_dir / "logs"
+    run, logs = run_dir(settings.data_dir), logs_dir(settings.data_dir)
     run.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     return run, logs
@@ -59,7 +60,7 @@ def up(settings: Settings, workers: int, serve: bool = True) -> list[str]:
     run, logs = _dirs(settings)
     lines = []
     if settings.redis_url is None:
-        lines.append(f"redis     {EmbeddedRedis(settings.data_dir).ensure(persistent=True)}")
+        lines.append(f"redis     {ensure_redis(settings, persistent=True)}")
     running = {k: p for k, p in _pids(run).items() if _alive(p)}
     exe = [sys.executable, "-m", "evomem.cli"]
     for i in range(workers):
@@ -104,11 +105,8 @@ def down(settings: Settings) -> list[str]:
         else:
             lines.append(f"{name:<9} stopped")
         (run / f"{name}.pid").unlink(missing_ok=True)
-    if settings.redis_url is None:
-        server = EmbeddedRedis(settings.data_dir)
-        if server.running():
-            server.stop()
-            lines.append("redis     stopped")
+    if settings.redis_url is None and stop_redis(settings):
+        lines.append("redis     stopped")
     return lines
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 OperationsMode = Literal["all", "add+keep+archive", "add+keep"]
@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("EVOMEM_LLM_API_KEY", "OPENAI_API_KEY", "llm_api_key")
     )
-    # The LLM controller (evomem/llm). Retries are the worker's: the openai client's own stay at 0.
+    # The LLM controller (evomem/adapters/llm). Retries are the worker's: the openai client's own stay at 0.
     llm_timeout_s: float = Field(30.0, gt=0, description="timeout of one LLM request")
     llm_max_tokens: int = Field(4096, ge=64, description="most completion tokens of one LLM call")
     llm_completion_tokens_per_event: int = Field(
@@ -190,4 +190,37 @@ class Settings(BaseSettings):
         return self.qdrant_url is None
 
 
-__all__ = ["ALLOWED_OPERATIONS", "ArchivePolicy", "OperationsMode", "RulesCredit", "Scoring", "Settings"]
+class NamespaceOverrides(BaseModel):
+    """What a namespace may set for itself, with the same bounds as the global settings."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    lambda_: float | None = Field(None, ge=0.0, alias="lambda", description="conflict penalty weight λ")
+    budget: int | None = Field(None, ge=1, le=100, description="insights served at most")
+    top_k: int | None = Field(None, ge=1, le=1000, description="similar past queries per retrieval")
+    hops: int | None = Field(None, ge=0, le=4, description="query-graph expansion depth")
+    scoring: Scoring | None = None
+    similarity_power: float | None = Field(None, ge=1.0, le=8.0)
+    archive_policy: ArchivePolicy | None = None
+    archive_ratio: float | None = Field(None, ge=0.0)
+    archive_min: int | None = Field(None, ge=1, le=1000)
+
+    def set_fields(self) -> dict[str, Any]:
+        """The overridden fields, by their ``Settings`` names."""
+        return self.model_dump(exclude_none=True)
+
+
+#: The names a user types (``lambda``, not ``lambda_``).
+OVERRIDABLE = tuple(f.alias or name for name, f in NamespaceOverrides.model_fields.items())
+
+
+__all__ = [
+    "ALLOWED_OPERATIONS",
+    "OVERRIDABLE",
+    "ArchivePolicy",
+    "NamespaceOverrides",
+    "OperationsMode",
+    "RulesCredit",
+    "Scoring",
+    "Settings",
+]

@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from evomem import Memory, Settings
-from evomem.llm.testserver import LLMTestServer
-from evomem.redis_server import EmbeddedRedis, connect
+from evomem.adapters.redis.connection import EmbeddedRedis, connect
+from evomem.testing.llm_server import LLMTestServer
 
 
 def pytest_configure(config: pytest.Config) -> None:

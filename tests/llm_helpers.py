@@ -10,14 +10,13 @@ from typing import Any
 
 import redis
 
-from evomem.editing import added_insight_id, plan_edits
-from evomem.llm.testserver import LLMTestServer
+from evomem.adapters.redis.events import EventStream
+from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.pipeline.worker import ConsolidationWorker
 from evomem.settings import Settings
-from evomem.stores.redis_graph import RedisGraphStore
-from evomem.stream import EventStream
-from evomem.worker import ConsolidationWorker
-from schemas import AddDecision, ControllerDecision, InsightNode, TaskEvent
-from schemas.models import utcnow
+from evomem.testing.llm_server import LLMTestServer
+from evomem.testing.seeding import seed_insights
+from schemas import InsightNode, TaskEvent
 
 SECRET = "sk-test-0123456789abcdefSECRET"
 
@@ -47,27 +46,7 @@ def llm_settings(tmp_path: Path, redis_url: str, server: LLMTestServer, **overri
 
 def seed(client: redis.Redis, namespace: str, texts: list[str]) -> list[str]:
     """Active insights with these texts, written as ADD edits of seed events; their ids."""
-    graph = RedisGraphStore(client)
-    ids = []
-    for text in texts:
-        event = TaskEvent(namespace=namespace, query=f"seed: {text}", status="resolved")
-        decision = ControllerDecision(
-            add_new_insight=AddDecision(decision=True, new_insight_text=text, decided_by="seed")
-        )
-        graph.apply(
-            plan_edits(
-                event,
-                decision,
-                retrieved=[],
-                similar=[],
-                allowed_operations={"KEEP"},
-                archive_policy="immediate",
-                archive_ratio=0.5,
-                at=utcnow(),
-            )
-        )
-        ids.append(added_insight_id(event.namespace, str(event.event_id)))
-    return ids
+    return seed_insights(RedisGraphStore(client), namespace, texts)
 
 
 def publish(

@@ -16,11 +16,11 @@ from typing import Any
 
 import redis
 
-from evomem import controllers
-from evomem.controllers import DecisionInput, RuleController
-from evomem.editing import plan_edits
+from evomem.adapters.memory.graph import InMemoryGraphStore
+from evomem.core import decisions as controllers
+from evomem.core.decisions import DecisionInput, RuleController
+from evomem.core.editing import plan_edits
 from evomem.settings import Settings
-from evomem.stores.memory import InMemoryGraphStore
 from schemas import TaskEvent
 from schemas.models import utcnow
 

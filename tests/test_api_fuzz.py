@@ -80,7 +80,7 @@ def service(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     yield srv
     srv.shutdown()
     srv.server_close()
-    srv.service.memory.close()
+    srv.service.runtime.close()
 
 
 @pytest.fixture

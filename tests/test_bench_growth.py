@@ -52,6 +52,7 @@ def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
     )
 
 
+@pytest.mark.slow
 def test_the_growth_benchmark_writes_the_results_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

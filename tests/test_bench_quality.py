@@ -18,9 +18,10 @@ from bench.quality.arms import append_only_arm, default_arm
 from bench.quality.judge import explicit_verdict, llm_judge
 from bench.quality.worlds import WORLDS, World
 from evomem import Memory, Settings
-from evomem.llm.testserver import LLMTestServer
+from evomem.testing.llm_server import LLMTestServer
 
 
+@pytest.mark.slow
 def test_quality_bench_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results.json"
     out.write_text(json.dumps({"llm": {"kept": True}}))

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from evomem import bench, bench_http
+from bench import common
+from bench import http as bench_http
+from bench import retrieval as bench
 
 SCENARIO_KEYS = {
     "name",
@@ -122,18 +124,19 @@ def test_a_results_file_in_the_old_layout_is_merged_not_wiped(tmp_path: Path) ->
     path = tmp_path / "results.json"
     old = {"schema": 1, "scenarios": [{"name": "retrieve"}], "machine": {"cores": 2}, "llm": {"x": 1}}
     path.write_text(json.dumps(old))
-    bench.merge_results(path, "http", {"levels": []})
+    common.merge_results(path, "http", {"levels": []})
     doc = json.loads(path.read_text())
     assert doc == {
         "retrieval": {"schema": 1, "scenarios": [{"name": "retrieve"}], "machine": {"cores": 2}},
         "llm": {"x": 1},
         "http": {"levels": []},
     }
-    bench.merge_results(path, "retrieval", {"schema": 1, "scenarios": []})
+    common.merge_results(path, "retrieval", {"schema": 1, "scenarios": []})
     assert json.loads(path.read_text())["retrieval"] == {"schema": 1, "scenarios": []}
     assert json.loads(path.read_text())["http"] == {"levels": []}
 
 
+@pytest.mark.slow
 def test_the_http_benchmark_drives_the_service_from_another_process(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,6 +9,8 @@ import pytest
 
 from evomem import demo
 
+pytestmark = pytest.mark.slow  # the whole demo, in processes
+
 ARMS = {"maintained", "append-only", "no memory"}
 
 

@@ -30,9 +30,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from evomem import keys
+from evomem.adapters.redis.connection import EmbeddedRedis, connect
 from evomem.ops.worker_metrics import scrape_registry
 from evomem.ops.worker_metrics import serve as serve_metrics
-from evomem.redis_server import EmbeddedRedis, connect
+from evomem.runtime import fleet_reader
 from evomem.service.server import build_server
 from evomem.settings import Settings
 
@@ -365,7 +366,7 @@ def test_the_service_health_check_follows_healthz(own_redis: EmbeddedRedis, tmp_
     finally:
         server.shutdown()
         server.server_close()
-        server.service.memory.close()
+        server.service.runtime.close()
     gone = _check("service", EVOMEM_HTTP_PORT=port)
     assert gone.returncode == 1 and "nothing" in gone.stderr
 
@@ -376,7 +377,7 @@ def test_the_worker_health_check_reads_redis_up_from_the_metrics(
     lost = connect(own_redis.url)
     own_redis.stop()
     for client, expected in ((redis_client, 0), (lost, 1)):
-        server, _ = serve_metrics(scrape_registry(client, settings, None), "127.0.0.1", 0)
+        server, _ = serve_metrics(scrape_registry(fleet_reader(client, settings), None), "127.0.0.1", 0)
         try:
             done = _check("worker", EVOMEM_WORKER_METRICS_PORT=str(server.server_port))
             assert done.returncode == expected, done.stdout + done.stderr
@@ -605,7 +606,7 @@ def test_the_sizing_tables_read_the_keys_they_name() -> None:
     text = sizing.render(results)
     assert "| 1 | 100 | 12.5 | 12.5 |" in text
     assert "2026-01-02 03:04 UTC, 8 cores" in text and "--quick: a smoke test" in text
-    assert "`python -m evomem.bench_pipeline` (the section records no command" in text
+    assert "`python -m bench.pipeline` (the section records no command" in text
     assert "Memory per 100,000 insights (retrieval process): about 500 MB." in text
     assert "Redis used_memory about 500 MB; the process holding Qdrant Edge about 500 MB" in text
     assert "extrapolated linearly from 10,000 and 30,000 tasks" in text

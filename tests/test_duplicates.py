@@ -1,7 +1,7 @@
 """No twins: a new insight text that nearly repeats an active insight of its namespace joins it.
 
 Namespace-wide (not only the insights retrieved for the event), for every controller, in whatever
-process consolidates: the search runs against the system of record (``evomem.duplicates``).
+process consolidates: the search runs against the system of record (``evomem.core.duplicates``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from evomem import Memory, duplicates
+from evomem import Memory
+from evomem.core import duplicates
 
 NS = "fever"
 ORIGINAL = "Always check the year in the claim against the year in the evidence before answering."

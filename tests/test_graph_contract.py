@@ -1,7 +1,7 @@
 """The graph store contract: every ``GraphStore`` applies an edit plan with the same semantics.
 
 The same tests run against the in-memory reference store and the Redis system of record (Lua), so
-what the paper's Eq. 13-18 and the rules of ``evomem.editing`` promise holds on both; a property test
+what the paper's Eq. 13-18 and the rules of ``evomem.core.editing`` promise holds on both; a property test
 then drives both stores with the same random sequence of plans and compares their final state.
 """
 
@@ -17,7 +17,10 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from evomem.editing import (
+from evomem.adapters.memory.graph import InMemoryGraphStore
+from evomem.adapters.redis.connection import connect
+from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.core.editing import (
     EditPlan,
     PlannedEdit,
     added_insight_id,
@@ -26,11 +29,8 @@ from evomem.editing import (
     revised_insight_id,
     text_key,
 )
-from evomem.ports import ApplyResult, GraphStore, RetrievalRecord, StoredDecision
-from evomem.redis_server import connect
+from evomem.core.ports import ApplyResult, GraphStore, RetrievalRecord, StoredDecision
 from evomem.settings import ALLOWED_OPERATIONS
-from evomem.stores.memory import InMemoryGraphStore
-from evomem.stores.redis_graph import RedisGraphStore
 from schemas import AddDecision, ControllerDecision, InsightEdit, InsightNode, TaskEvent
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)

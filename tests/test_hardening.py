@@ -24,8 +24,8 @@ import redis
 from pipeline_helpers import FAST, wait_for
 
 from evomem import EvomemError, InvalidEventError, Memory, NotFoundError, Settings, StoreError, keys
-from evomem.redis_server import EmbeddedRedis, connect
-from evomem.stream import EventStream
+from evomem.adapters.redis.connection import EmbeddedRedis, connect
+from evomem.adapters.redis.events import EventStream
 
 CLI = [sys.executable, "-m", "evomem.cli"]
 
@@ -68,6 +68,7 @@ class Serve:
 
 
 # -- item 3: one owner of the embedded Redis -----------------------------------------------------
+@pytest.mark.slow
 def test_stopping_the_service_leaves_the_embedded_redis_to_a_running_worker(tmp_path: Path) -> None:
     data = tmp_path / "data"
     embedded = EmbeddedRedis(data)
@@ -178,6 +179,7 @@ def test_consolidate_reclaims_events_a_dead_consumer_left_pending(
     assert EventStream(redis_client).info()["pending"] == 0
 
 
+@pytest.mark.slow
 def test_consolidate_reclaims_the_batch_of_a_consolidation_killed_mid_batch(
     settings: Settings, redis_client: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:

@@ -16,8 +16,8 @@ import redis
 from pipeline_helpers import wait_for
 from pydantic import SecretStr
 
-from evomem import Settings
-from evomem.remote import RemoteMemory
+from evomem import Memory, Settings
+from evomem.sdk.remote import RemoteMemory
 from evomem.service.server import EvomemHTTPServer, build_server
 
 TOKENS = "tok-alpha=alpha;tok-beta=beta"
@@ -45,7 +45,7 @@ def make_server(settings: Settings, redis_client: redis.Redis) -> Iterator[Any]:
     for srv in started:
         srv.shutdown()
         srv.server_close()
-        srv.service.memory.close()
+        srv.service.runtime.close()
 
 
 @pytest.fixture
@@ -157,7 +157,7 @@ def test_chunked_bodies_are_read_and_get_bodies_do_not_become_requests(server: E
     smuggled = b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
     wire.send(request("GET", "/healthz", body=smuggled) + request("GET", "/healthz"))
     assert [wire.response()[0] for _ in range(2)] == [200, 200]
-    assert server.service.memory.stream.info()["length"] == 0
+    assert Memory(server.service.runtime).stream.info()["length"] == 0
 
 
 def test_undeclared_methods_get_405_with_allow_and_head_is_answered_on_get_routes(
@@ -241,7 +241,7 @@ def test_open_mode_refuses_other_origins_other_hosts_and_non_json_bodies(make_se
     )
     status, _, body = wire.response()
     assert status == 415 and json.loads(body)["field"] == "Content-Type"
-    assert server.service.memory.stream.info()["length"] == 0
+    assert Memory(server.service.runtime).stream.info()["length"] == 0
     # a loopback origin and host are the developer's own tools
     wire = Wire(server)
     wire.send(
@@ -291,7 +291,7 @@ def test_unexpected_errors_are_500_with_a_generic_body_and_a_logged_traceback(
     def broken(ids: Any) -> Any:
         raise RuntimeError("a bug deep in the store adapter, token=tok-alpha")
 
-    monkeypatch.setattr(server.service.memory.graph, "insights", broken)
+    monkeypatch.setattr(Memory(server.service.runtime).graph, "insights", broken)
     wire = Wire(server)
     with caplog.at_level(logging.ERROR, logger="evomem.service"):
         wire.send(request("GET", "/v1/insights/some-id"))
@@ -322,7 +322,7 @@ def test_the_rendered_log_line_of_a_500_carries_its_traceback(capfd: pytest.Capt
 
 
 def test_an_insight_key_of_another_kind_is_404_not_500(server: EvomemHTTPServer) -> None:
-    mem = server.service.memory
+    mem = Memory(server.service.runtime)
     mem.report(None, namespace="alpha", query="q", status="resolved", proposed_insight="A lesson.")
     mem.consolidate()
     (insight_id,) = mem.graph.insight_ids("alpha")
@@ -369,7 +369,7 @@ def test_answers_are_not_held_back_by_nagles_algorithm(server: EvomemHTTPServer)
 
 
 def test_staleness_is_not_zero_while_redis_is_unreachable(tmp_path: Any) -> None:
-    from evomem.redis_server import EmbeddedRedis
+    from evomem.adapters.redis.connection import EmbeddedRedis
 
     own = EmbeddedRedis(tmp_path / "redis")
     settings = Settings(data_dir=tmp_path / "data", redis_url=own.ensure(), http_port=0)
@@ -395,7 +395,7 @@ def test_staleness_is_not_zero_while_redis_is_unreachable(tmp_path: Any) -> None
     finally:
         srv.shutdown()
         srv.server_close()
-        srv.service.memory.close()
+        srv.service.runtime.close()
         own.stop()
 
 

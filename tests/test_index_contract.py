@@ -15,13 +15,13 @@ from typing import Any, Literal
 import pytest
 from qdrant_client import QdrantClient
 
-from evomem.embedding import HashingEmbedder
+from evomem.adapters.memory.index import InMemoryIndex
+from evomem.adapters.qdrant.client import ClientIndex
+from evomem.adapters.qdrant.edge import EdgeIndex
+from evomem.core.hashing import HashingEmbedder
+from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, VectorIndex
+from evomem.core.retrieval import ServingInsight
 from evomem.errors import ConfigError, StoreLockedError, TransientError
-from evomem.index.client import ClientIndex
-from evomem.index.edge import EdgeIndex
-from evomem.index.memory import InMemoryIndex
-from evomem.ports import InsightPoint, QueryHit, QueryPoint, VectorIndex
-from evomem.retrieval import ServingInsight
 from evomem.settings import Settings
 
 Kind = Literal["sparse", "dense"]
@@ -338,7 +338,8 @@ def test_an_open_edge_store_refuses_a_second_opener(tmp_path: Path) -> None:
         with pytest.raises(StoreLockedError, match="open in another process"):
             EdgeIndex(tmp_path / "qdrant", "sparse", 0)
         code = (
-            "import sys, pathlib\nfrom evomem.index.edge import EdgeIndex\nfrom evomem.errors import "
+            "import sys, pathlib\nfrom evomem.adapters.qdrant.edge import EdgeIndex\n"
+            "from evomem.errors import "
             "StoreLockedError\ntry:\n    EdgeIndex(pathlib.Path(sys.argv[1]), 'sparse', 0)\n"
             "except StoreLockedError:\n    sys.exit(3)\n"
         )

@@ -16,11 +16,11 @@ from llm_helpers import (
     seed,
 )
 
-from evomem.llm.client import EndpointError, retry_after_s
-from evomem.llm.ratelimit import RateLimiter
-from evomem.llm.testserver import LLMTestServer
-from evomem.llm.usage import event_usage, summary
-from evomem.worker import ConsolidationWorker
+from evomem.adapters.llm.client import EndpointError, retry_after_s
+from evomem.adapters.llm.ratelimit import RateLimiter
+from evomem.adapters.llm.usage import event_usage, summary
+from evomem.runtime import open_worker
+from evomem.testing.llm_server import LLMTestServer
 
 
 def test_two_workers_share_one_request_budget(redis_client: redis.Redis) -> None:
@@ -94,7 +94,7 @@ def test_a_worker_over_its_request_budget_leaves_the_rest_pending(
         llm_concurrency=1,
         batch_time_limit_s=2.0,
     )
-    worker = ConsolidationWorker(settings, redis_client, consumer="w1")
+    worker = open_worker(settings, redis_client, consumer="w1")
     worker.consolidator.controller.limiter.sleep = lambda _s: None  # type: ignore[attr-defined]
     ids = seed(redis_client, "ns", ["An insight."])
     events = [publish(redis_client, "ns", f"task {i}", "resolved", ids) for i in range(3)]
@@ -106,12 +106,12 @@ def test_a_worker_over_its_request_budget_leaves_the_rest_pending(
 def test_usage_is_counted_per_event_operation_and_model_with_an_estimated_cost(
     tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer
 ) -> None:
-    from evomem.llm.testserver import Fault
+    from evomem.testing.llm_server import Fault
 
     settings = llm_settings(
         tmp_path, redis_url, llm_server, llm_price_prompt_per_1k=0.5, llm_price_completion_per_1k=2.0
     )
-    worker = ConsolidationWorker(settings, redis_client, consumer="w1")
+    worker = open_worker(settings, redis_client, consumer="w1")
     ids = seed(redis_client, "ns", ["An insight.", "Another one."])
     llm_server.add_fault(Fault("unknown_ids", match="task 2", times=1))
     events = [publish(redis_client, "ns", f"task {i}", "failed", ids) for i in range(5)]
@@ -134,7 +134,7 @@ def test_usage_is_counted_per_event_operation_and_model_with_an_estimated_cost(
 
 
 def test_a_model_without_a_price_shows_no_cost(redis_client: redis.Redis) -> None:
-    from evomem.llm.usage import UsageRecorder
+    from evomem.adapters.llm.usage import UsageRecorder
 
     UsageRecorder(redis_client).record_call("llama3:8b", "decide", ["e1", "e2"], 101, 11)
     s = summary(redis_client)
@@ -144,7 +144,7 @@ def test_a_model_without_a_price_shows_no_cost(redis_client: redis.Redis) -> Non
 
 
 def test_a_dated_model_snapshot_is_priced_as_its_model() -> None:
-    from evomem.llm.usage import price_of
+    from evomem.adapters.llm.usage import price_of
 
     assert price_of("gpt-4o-mini-2024-07-18") == price_of("gpt-4o-mini") != price_of("gpt-4o-2024-08-06")
     assert price_of("gpt-4o-2024-08-06") == price_of("gpt-4o") and price_of("llama3:8b") is None

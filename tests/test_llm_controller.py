@@ -11,14 +11,15 @@ import pytest
 import redis
 from llm_helpers import llm_settings
 
-from evomem.controllers import DecisionFailure, DecisionInput, RuleController, make_controller
+from evomem.adapters.llm.answers import DuplicateCheck, read_answer
+from evomem.adapters.llm.controller import LLMController
+from evomem.adapters.llm.prompt import PROMPT_VERSION, SYSTEM_PROMPT, build_batch, event_document
+from evomem.adapters.llm.tokens import EstimatedTokens, TiktokenTokens, cut
+from evomem.core.decisions import DecisionFailure, DecisionInput, RuleController
 from evomem.errors import ConfigError
-from evomem.llm.answers import DuplicateCheck, read_answer
-from evomem.llm.controller import LLMController
-from evomem.llm.prompt import PROMPT_VERSION, SYSTEM_PROMPT, build_batch, event_document
-from evomem.llm.testserver import LLMTestServer
-from evomem.llm.tokens import EstimatedTokens, TiktokenTokens, cut
+from evomem.runtime import make_controller
 from evomem.settings import Settings
+from evomem.testing.llm_server import LLMTestServer
 from schemas import ControllerDecision, InsightNode, TaskEvent
 from schemas.models import utcnow
 
@@ -281,7 +282,7 @@ def test_the_settings_choose_the_controller(
 def test_a_failure_is_reported_per_event_not_raised(
     tmp_path: Path, redis_url: str, redis_client: redis.Redis, llm_server: LLMTestServer
 ) -> None:
-    from evomem.llm.testserver import Fault
+    from evomem.testing.llm_server import Fault
 
     llm_server.add_fault(Fault("unavailable", match="DOWN"))
     out = controller(tmp_path, redis_url, redis_client, llm_server, llm_events_per_call=1).decide(

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from evomem import bench_llm, demo
+from bench import llm as bench_llm
+from evomem import demo
+
+pytestmark = pytest.mark.slow  # the whole demo, in processes
 
 
 def test_the_demo_fleet_runs_through_the_llm_controller_offline(

@@ -19,10 +19,11 @@ from llm_helpers import (
     snapshot,
 )
 
+from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.errors import TransientError
-from evomem.llm.testserver import Fault, LLMTestServer
-from evomem.stores.redis_graph import RedisGraphStore
-from evomem.worker import ConsolidationWorker
+from evomem.pipeline.worker import ConsolidationWorker
+from evomem.runtime import open_worker
+from evomem.testing.llm_server import Fault, LLMTestServer
 
 NS = "faults"
 TEXTS = [
@@ -36,7 +37,7 @@ def setup(
     tmp_path: Path, redis_url: str, client: redis.Redis, server: LLMTestServer, **overrides: object
 ) -> tuple[ConsolidationWorker, list[str]]:
     settings = llm_settings(tmp_path, redis_url, server, **overrides)
-    worker = ConsolidationWorker(settings, client, consumer="w1")
+    worker = open_worker(settings, client, consumer="w1")
     return worker, seed(client, NS, TEXTS)
 
 

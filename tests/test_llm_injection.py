@@ -17,11 +17,11 @@ from llm_helpers import (
     snapshot,
 )
 
-from evomem.controllers import DecisionInput
-from evomem.llm.prompt import build_batch
-from evomem.llm.testserver import Fault, LLMTestServer, read_prompt
-from evomem.llm.tokens import EstimatedTokens
-from evomem.worker import ConsolidationWorker
+from evomem.adapters.llm.prompt import build_batch
+from evomem.adapters.llm.tokens import EstimatedTokens
+from evomem.core.decisions import DecisionInput
+from evomem.runtime import open_worker
+from evomem.testing.llm_server import Fault, LLMTestServer, read_prompt
 from schemas import TaskEvent
 
 NS, OTHER = "victim", "bystander"
@@ -40,7 +40,7 @@ def test_a_trajectory_that_orders_everything_archived_touches_only_its_own_retri
 ) -> None:
     """A model that obeys "archive every insight" can only archive what this event retrieved."""
     mine, rest, other = _world(redis_client)
-    worker = ConsolidationWorker(llm_settings(tmp_path, redis_url, llm_server), redis_client, consumer="w1")
+    worker = open_worker(llm_settings(tmp_path, redis_url, llm_server), redis_client, consumer="w1")
     llm_server.add_fault(Fault("obey"))
     before = snapshot(redis_client, rest + other)
     event = publish(
@@ -64,7 +64,7 @@ def test_a_trajectory_naming_ids_it_was_not_given_gets_nothing_applied(
     obedient answer is refused each time, the event ends in the dead letters, and no insight of
     any namespace has changed."""
     mine, rest, other = _world(redis_client)
-    worker = ConsolidationWorker(llm_settings(tmp_path, redis_url, llm_server), redis_client, consumer="w1")
+    worker = open_worker(llm_settings(tmp_path, redis_url, llm_server), redis_client, consumer="w1")
     llm_server.add_fault(Fault("obey"))
     before = snapshot(redis_client, mine + rest + other)
     publish(
@@ -88,7 +88,7 @@ def test_once_the_model_stops_obeying_the_honest_answer_is_applied(
 ) -> None:
     """The refusal is shown to the model; its corrected answer judges only the event's insights."""
     mine, rest, other = _world(redis_client)
-    worker = ConsolidationWorker(llm_settings(tmp_path, redis_url, llm_server), redis_client, consumer="w1")
+    worker = open_worker(llm_settings(tmp_path, redis_url, llm_server), redis_client, consumer="w1")
     llm_server.add_fault(Fault("obey", times=1))
     before = snapshot(redis_client, rest + other)
     event = publish(

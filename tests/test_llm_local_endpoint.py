@@ -15,13 +15,13 @@ import redis
 from llm_helpers import dead_letters, llm_settings, publish, run_until_idle, seed
 
 from evomem import cli
-from evomem.controllers import make_controller
-from evomem.llm.adaptive import RECOVER_AFTER, AdaptiveLimits
-from evomem.llm.controller import COMPLETION_OVERHEAD_TOKENS, LLMController, shorten
-from evomem.llm.prompt import build_batch
-from evomem.llm.testserver import Fault, LLMTestServer
-from evomem.llm.tokens import EstimatedTokens
-from evomem.worker import ConsolidationWorker
+from evomem.adapters.llm.adaptive import RECOVER_AFTER, AdaptiveLimits
+from evomem.adapters.llm.controller import COMPLETION_OVERHEAD_TOKENS, LLMController, shorten
+from evomem.adapters.llm.prompt import build_batch
+from evomem.adapters.llm.tokens import EstimatedTokens
+from evomem.pipeline.worker import ConsolidationWorker
+from evomem.runtime import make_controller, open_worker
+from evomem.testing.llm_server import Fault, LLMTestServer
 
 NS = "local"
 TEXTS = ["Check the year of a claim against the evidence.", "Search for the bridge entity first."]
@@ -31,7 +31,7 @@ def worker_for(
     tmp_path: Path, redis_url: str, client: redis.Redis, server: LLMTestServer, **overrides: object
 ) -> tuple[ConsolidationWorker, list[str]]:
     settings = llm_settings(tmp_path, redis_url, server, **overrides)
-    return ConsolidationWorker(settings, client, consumer="w1"), seed(client, NS, TEXTS)
+    return open_worker(settings, client, consumer="w1"), seed(client, NS, TEXTS)
 
 
 @pytest.mark.parametrize("status", [500, 422, 400])
@@ -234,7 +234,7 @@ def test_the_demo_judges_with_any_endpoint_given_by_url(
 
 def test_the_local_server_names_what_is_missing(tmp_path: Path) -> None:
     from evomem.errors import ConfigError
-    from evomem.llm.localserver import LocalLLMServer
+    from evomem.testing.local_llm import LocalLLMServer
 
     with pytest.raises(ConfigError, match="no model file"):
         LocalLLMServer(tmp_path / "none.gguf")
@@ -242,7 +242,7 @@ def test_the_local_server_names_what_is_missing(tmp_path: Path) -> None:
 
 def test_a_model_file_llama_cannot_load_ends_the_start_with_its_log(tmp_path: Path) -> None:
     from evomem.errors import ConfigError
-    from evomem.llm.localserver import LocalLLMServer, server_available
+    from evomem.testing.local_llm import LocalLLMServer, server_available
 
     if not server_available():
         pytest.skip("llama-cpp-python's server is not installed (make llm-local)")
@@ -261,7 +261,7 @@ def test_a_revision_or_addition_that_copies_the_task_is_not_a_lesson() -> None:
     verdicts stand; the agent's own proposed insight may be adopted word for word."""
     from test_llm_controller import inp, node
 
-    from evomem.llm.answers import DuplicateCheck, read_answer
+    from evomem.adapters.llm.answers import DuplicateCheck, read_answer
 
     query = "Plan: block E is on block H, block L is on the table; goal: D is on E."
     original = node(1, "Always put every block on the table first.")
@@ -307,7 +307,7 @@ def test_a_revision_or_addition_that_copies_the_task_is_not_a_lesson() -> None:
 
 
 def test_a_dead_letter_quotes_the_models_entry_for_its_event_not_the_whole_answer() -> None:
-    from evomem.llm.answers import entry_text
+    from evomem.adapters.llm.answers import entry_text
 
     answer = json.dumps({"events": [{"event": 1, "x": "long " * 80}, {"event": 2, "insight_edits": []}]})
     assert entry_text(answer, 2) == '{"event":2,"insight_edits":[]}'
@@ -319,11 +319,11 @@ def test_a_revision_may_repeat_an_insight_the_report_quotes_but_not_the_task() -
     shares words with that quote is no copy of the task (the duplicate check weighs repeats)."""
     from datetime import UTC, datetime
 
-    from evomem.controllers import DecisionInput
-    from evomem.llm.answers import copied_from_task, task_words
-    from evomem.llm.prompt import build_batch
-    from evomem.llm.tokens import EstimatedTokens
-    from evomem.ports import InsightHead
+    from evomem.adapters.llm.answers import copied_from_task, task_words
+    from evomem.adapters.llm.prompt import build_batch
+    from evomem.adapters.llm.tokens import EstimatedTokens
+    from evomem.core.decisions import DecisionInput
+    from evomem.core.ports import InsightHead
     from schemas import TaskEvent
 
     applied = "Check the congestion window first and write down what it shows before you change anything."

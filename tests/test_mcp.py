@@ -272,7 +272,7 @@ def test_streamable_http_refuses_missing_unknown_and_borrowed_tokens(mcp_http: M
 
 
 def test_a_run_time_token_reaches_its_namespace_through_mcp(mcp_http: MCPHTTPServer) -> None:
-    from evomem.tenancy import TokenStore
+    from evomem.adapters.redis.tokens import TokenStore
 
     token, _ = TokenStore(mcp_http.backend.memory.redis).create(["gamma"])  # type: ignore[union-attr]
 
@@ -307,7 +307,7 @@ def test_stdio_process_against_a_remote_service(
     )
 
     async def settle() -> None:
-        await anyio.to_thread.run_sync(srv.service.memory.consolidate)
+        await anyio.to_thread.run_sync(Memory(srv.service.runtime).consolidate)
 
     async def run() -> None:
         async with Client(params) as client:
@@ -320,4 +320,4 @@ def test_stdio_process_against_a_remote_service(
     finally:
         srv.shutdown()
         srv.server_close()
-        srv.service.memory.close()
+        srv.service.runtime.close()

@@ -24,10 +24,10 @@ from pipeline_helpers import (
 )
 
 from evomem import Memory, Settings, keys
-from evomem.editing import query_id_for
-from evomem.redis_server import EmbeddedRedis, connect
-from evomem.stores.redis_graph import RedisGraphStore
-from evomem.stream import EventStream
+from evomem.adapters.redis.connection import EmbeddedRedis, connect
+from evomem.adapters.redis.events import EventStream
+from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.core.editing import query_id_for
 from schemas import TaskEvent
 
 pytestmark = pytest.mark.slow

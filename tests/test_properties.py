@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
-from evomem import EvomemError, InvalidEventError, Settings, keys
+from evomem import EvomemError, InvalidEventError, Memory, Settings, keys
+from evomem.pipeline.transfer import export
 from evomem.service.server import EvomemHTTPServer, build_server
-from evomem.transfer import export
 
 TOKENS = "tok-evil=evil,evil2;tok-victim=victim"
 VICTIM_LESSON = "Check the vehicle class first."
@@ -118,7 +118,7 @@ def hostile_event(draw: st.DrawFn, victim_ids: list[str]) -> dict[str, Any]:
 def arena(settings: Settings, redis_client: redis.Redis) -> Iterator[tuple[EvomemHTTPServer, httpx.Client]]:
     srv = build_server(settings.model_copy(update={"http_port": 0, "tokens": SecretStr(TOKENS)}))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    mem = srv.service.memory
+    mem = Memory(srv.service.runtime)
     mem.report(
         None,
         namespace="victim",
@@ -136,7 +136,7 @@ def arena(settings: Settings, redis_client: redis.Redis) -> Iterator[tuple[Evome
 
 
 def _victim_view(srv: EvomemHTTPServer, client: httpx.Client) -> tuple[str, list[str]]:
-    exported = json.dumps(list(export(srv.service.memory.graph, ["victim"])), sort_keys=True, default=str)
+    exported = json.dumps(list(export(srv.service.runtime.graph, ["victim"])), sort_keys=True, default=str)
     answer = client.post(
         "/v1/retrieve",
         json={"query": "Verify claim 0 about victim", "namespace": "victim"},
@@ -169,7 +169,7 @@ def test_hostile_input_through_every_entry_point_breaks_nothing_and_touches_no_o
     arena: tuple[EvomemHTTPServer, httpx.Client], data: st.DataObject
 ) -> None:
     srv, client = arena
-    mem = srv.service.memory
+    mem = Memory(srv.service.runtime)
     victim_ids = sorted(mem.graph.insight_ids("victim") | mem.graph.query_ids("victim"))
     before = _victim_view(srv, client)
     event = data.draw(hostile_event(victim_ids))

@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from evomem.editing import plan_edits
-from evomem.embedding import HashingEmbedder
-from evomem.index.memory import InMemoryIndex
-from evomem.projector import Projector
-from evomem.retrieval import Candidate, candidates_from_queries, rank_insights
+from evomem.adapters.memory.graph import InMemoryGraphStore
+from evomem.adapters.memory.index import InMemoryIndex
+from evomem.core.editing import plan_edits
+from evomem.core.hashing import HashingEmbedder
+from evomem.core.retrieval import Candidate, candidates_from_queries, rank_insights
+from evomem.pipeline.project import Projector
 from evomem.settings import ALLOWED_OPERATIONS
-from evomem.stores.memory import InMemoryGraphStore
 from schemas import AddDecision, ControllerDecision, InsightEdit, TaskEvent
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

@@ -16,8 +16,9 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from evomem.editing import EditPlan, PlannedEdit, text_key
-from evomem.retrieval import (
+from evomem.adapters.memory.graph import InMemoryGraphStore
+from evomem.core.editing import EditPlan, PlannedEdit, text_key
+from evomem.core.retrieval import (
     Candidate,
     conflict,
     conflict_penalized_score,
@@ -25,7 +26,6 @@ from evomem.retrieval import (
     rank_insights,
     support,
 )
-from evomem.stores.memory import InMemoryGraphStore
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 NS = "hotpotqa"

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 from evomem import InvalidEventError, Memory, NotFoundError, Retrieval, Settings, TaskEvent
-from evomem.controllers import Controller, DecisionInput
-from evomem.editing import added_insight_id, event_digest, query_id_for
-from evomem.ports import StoredDecision
-from evomem.redis_server import connect
+from evomem.adapters.redis.connection import connect
+from evomem.core.decisions import Controller, DecisionInput
+from evomem.core.editing import added_insight_id, event_digest, query_id_for
+from evomem.core.ports import StoredDecision
 from schemas import AddDecision, ControllerDecision
 
 NS = "fever"

@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from evomem import InvalidEventError, Memory, NotFoundError, Settings, StoreLockedError
-from evomem.redis_server import EmbeddedRedis
-from evomem.remote import RemoteMemory
+from evomem.adapters.redis.connection import EmbeddedRedis
+from evomem.sdk.remote import RemoteMemory
 from evomem.service.server import EvomemHTTPServer, build_server
 
 TOKENS = "tok-alpha=alpha;tok-beta=beta;tok-admin=*"
@@ -51,7 +51,7 @@ def server(settings: Settings, redis_client: redis.Redis) -> Iterator[EvomemHTTP
     close_clients()
     srv.shutdown()
     srv.server_close()
-    srv.service.memory.close()
+    srv.service.runtime.close()
 
 
 def close_clients() -> None:
@@ -80,7 +80,7 @@ def seed(server: EvomemHTTPServer, namespace: str, texts: list[str]) -> None:
             },
         )
         assert status == 202
-    server.service.memory.consolidate()
+    Memory(server.service.runtime).consolidate()
 
 
 def test_retrieve_report_and_inspect_over_http(server: EvomemHTTPServer) -> None:
@@ -105,7 +105,7 @@ def test_retrieve_report_and_inspect_over_http(server: EvomemHTTPServer) -> None
         },
     )
     assert status == 202 and accepted["event_id"]
-    server.service.memory.consolidate()
+    Memory(server.service.runtime).consolidate()
     status, node = client.call("GET", f"/v1/insights/{served['id']}")
     assert status == 200
     assert node["insight"]["state"] == "archived" and len(node["insight"]["negative"]) == 1
@@ -127,12 +127,12 @@ def test_requests_without_a_valid_token_are_refused_and_change_nothing(server: E
         Client(server, "tok-beta").call("POST", "/v1/retrieve", {"query": "q", "namespace": "alpha"})[0]
         == 403
     )
-    assert server.service.memory.stream.info()["length"] == 0
+    assert Memory(server.service.runtime).stream.info()["length"] == 0
 
 
 def test_another_tenants_insight_does_not_exist_for_a_token(server: EvomemHTTPServer) -> None:
     seed(server, "alpha", ["Alpha's secret lesson."])
-    (insight_id,) = server.service.memory.graph.insight_ids("alpha")
+    (insight_id,) = Memory(server.service.runtime).graph.insight_ids("alpha")
     status, body = Client(server, "tok-beta").call("GET", f"/v1/insights/{insight_id}")
     assert status == 404 and "secret" not in json.dumps(body)
     assert Client(server, "tok-beta").call("GET", f"/v1/insights/{insight_id}/lineage")[0] == 404
@@ -175,7 +175,7 @@ def test_two_tenants_writing_and_reading_at_once_never_see_each_other(server: Ev
 
     def consolidate() -> None:
         while not stop.is_set():
-            server.service.memory.consolidate()
+            Memory(server.service.runtime).consolidate()
             stop.wait(0.02)
 
     worker = threading.Thread(target=consolidate)
@@ -191,7 +191,7 @@ def test_two_tenants_writing_and_reading_at_once_never_see_each_other(server: Ev
     stop.set()
     worker.join()
     assert errors == []
-    graph = server.service.memory.graph
+    graph = Memory(server.service.runtime).graph
     assert ids["alpha"] and ids["beta"], "both tenants were served insights"
     assert ids["alpha"] <= graph.insight_ids("alpha")
     assert ids["beta"] <= graph.insight_ids("beta")
@@ -208,7 +208,7 @@ def test_a_malformed_event_gets_422_naming_the_field(server: EvomemHTTPServer) -
         {"namespace": "alpha", "query": "q", "status": "failed", "insight_feedback": {"nope": "harmful"}},
     )
     assert status == 422 and body["field"] == "insight_feedback[nope]"
-    assert server.service.memory.stream.info()["length"] == 0
+    assert Memory(server.service.runtime).stream.info()["length"] == 0
 
 
 def test_health_metrics_and_openapi(server: EvomemHTTPServer) -> None:
@@ -245,7 +245,7 @@ def test_the_remote_sdk_has_the_same_calls_as_the_embedded_one(
         (served,) = r.insights
         assert "Check the vehicle class first." in r.render()
         remote.report(r, status="resolved", insight_feedback={served.id: "helpful"})
-        server.service.memory.consolidate()
+        Memory(server.service.runtime).consolidate()
         node = remote.insight(served.id)
         assert len(node.positive) == 2 and node.state == "active"
         with pytest.raises(InvalidEventError) as err:
@@ -293,7 +293,7 @@ def test_when_redis_is_down_retrieval_fails_open_from_qdrant_alone(tmp_path: Pat
         close_clients()
         srv.shutdown()
         srv.server_close()
-        srv.service.memory.close()
+        srv.service.runtime.close()
         redis_server.stop()
 
 
@@ -304,7 +304,7 @@ def test_staleness_is_reported_while_the_projector_is_behind(
     from evomem.service.auth import TokenAuth
 
     with Memory.open_local(settings) as mem, Memory.open_local(settings, index=False) as writer:
-        service = RetrievalService(mem, TokenAuth(None))
+        service = RetrievalService(mem.runtime, TokenAuth(None))
         writer.report(None, namespace="alpha", query="q", status="resolved", proposed_insight="A lesson.")
         writer.consolidate()  # no index here: the change waits for mem's projector
         service._stale = (0.0, 0.0)

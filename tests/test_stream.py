@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import redis
 
-from evomem.stream import EventStream
+from evomem.adapters.redis.events import EventStream
 
 
 def test_trimming_keeps_every_event_that_is_pending_or_unread(redis_client: redis.Redis) -> None:

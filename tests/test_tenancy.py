@@ -14,9 +14,10 @@ import redis
 from pipeline_helpers import wait_for
 
 from evomem import InvalidEventError, Memory, Settings
+from evomem.adapters.redis.overrides import NamespaceSettings
+from evomem.adapters.redis.tokens import TokenStore
 from evomem.cli import main
 from evomem.service.server import EvomemHTTPServer, build_server
-from evomem.tenancy import NamespaceSettings, TokenStore
 
 WAIT_S = 20.0
 
@@ -49,7 +50,7 @@ def make_service(settings: Settings, redis_client: redis.Redis) -> Iterator[Any]
     for srv in started:
         srv.shutdown()
         srv.server_close()
-        srv.service.memory.close()
+        srv.service.runtime.close()
 
 
 def call(
@@ -133,7 +134,7 @@ def test_a_run_time_token_lets_the_service_listen_beyond_loopback(
     cli("tokens", "create", "-n", "alpha")
     srv = build_server(settings.model_copy(update={"http_port": 0, "http_host": "0.0.0.0"}))
     srv.server_close()
-    srv.service.memory.close()
+    srv.service.runtime.close()
 
 
 # -- per-namespace settings ------------------------------------------------------------------------
@@ -146,7 +147,7 @@ def _learn(mem: Memory, namespace: str, texts: list[str], query: str) -> list[st
 
 def test_namespace_settings_take_effect_in_retrieval_over_http(cli: Any, make_service: Any) -> None:
     srv = make_service(tokens=_secret("tok=*"), tenancy_cache_s=0.2)
-    mem = srv.service.memory
+    mem = Memory(srv.service.runtime)
     query = "Verify: Mohra is a car"
     lessons = ["Check the vehicle class.", "Read the whole claim.", "Look up the make."]
     assert cli("settings", "set", "beta", "archive_ratio=10")[0] == 0  # a harm keeps beta's insights active
@@ -192,7 +193,7 @@ def test_namespace_archive_policy_takes_effect_in_worker_consolidation(
     settings: Settings, redis_client: redis.Redis
 ) -> None:
     """The workers' consolidation reads each event's namespace's archive policy and ratio."""
-    from evomem.worker import ConsolidationWorker
+    from evomem.runtime import open_worker
 
     query = "Verify: Mohra is a car"
     NamespaceSettings(redis_client, settings).set("strict", {"archive_policy": "immediate"})
@@ -203,7 +204,7 @@ def test_namespace_archive_policy_takes_effect_in_worker_consolidation(
             mem.report(
                 None, status="failed", namespace=ns, query=query, insight_feedback={ids[ns]: "harmful"}
             )
-    worker = ConsolidationWorker.open(settings)
+    worker = open_worker(settings)
     try:
         assert worker.drain(budget_s=30, block_ms=0).applied == 2
     finally:

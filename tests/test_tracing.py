@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pipeline_helpers import Workers, wait_for
 
 from evomem import Memory, Settings, TaskEvent
-from evomem.remote import RemoteMemory
+from evomem.sdk.remote import RemoteMemory
 from evomem.service.server import build_server
 
 _exporter = InMemorySpanExporter()
@@ -91,20 +91,21 @@ def test_the_context_travels_through_the_http_service(
     try:
         with RemoteMemory(srv.url, None) as remote:
             query = _learn(remote, "Verify: Mohra is a car")
-            srv.service.memory.consolidate()
+            Memory(srv.service.runtime).consolidate()
             r = remote.retrieve(query, "fever")
             spans.clear()
             with trace.get_tracer("agent").start_as_current_span("agent.task") as agent:
                 remote.report(r, status="failed", insight_feedback={r.insights[0].id: "harmful"})
-        srv.service.memory.consolidate()
+        Memory(srv.service.runtime).consolidate()
     finally:
         srv.shutdown()
         srv.server_close()
-        srv.service.memory.close()
+        srv.service.runtime.close()
     assert isinstance(agent, ReadableSpan)
     _chain(spans.get_finished_spans(), agent)
 
 
+@pytest.mark.slow
 def test_a_worker_process_continues_the_reporters_trace(
     settings: Settings, redis_url: str, redis_client: redis.Redis, tmp_path: Path, spans: InMemorySpanExporter
 ) -> None:

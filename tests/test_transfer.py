@@ -8,8 +8,9 @@ from pathlib import Path
 import redis
 
 from evomem import Memory, Settings
-from evomem.redis_server import EmbeddedRedis
-from evomem.transfer import export, import_jsonl, write_jsonl
+from evomem.adapters.redis.connection import EmbeddedRedis
+from evomem.adapters.redis.transfer import import_jsonl
+from evomem.pipeline.transfer import export, write_jsonl
 
 
 def test_an_export_imported_elsewhere_serves_the_same_insights(memory: Memory, tmp_path: Path) -> None:

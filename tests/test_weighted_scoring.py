@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping
 
 import pytest
 
-from evomem.retrieval import Candidate, expand_neighbours, rank_insights
+from evomem.core.retrieval import Candidate, expand_neighbours, rank_insights
 
 
 def cand(i: str, pos: Collection[str] = (), neg: Collection[str] = ()) -> Candidate:

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from evomem import Memory, Settings
 from evomem.ops.worker_metrics import scrape_registry, worker_metrics
+from evomem.runtime import fleet_reader, open_worker
 from evomem.service.server import EvomemHTTPServer, build_server
-from evomem.worker import ConsolidationWorker
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "evomem-dashboard.json"
 
@@ -55,11 +55,11 @@ def _events(mem: Memory, namespace: str, n: int, client: redis.Redis) -> None:
 def test_a_worker_counts_its_batches_and_reads_the_fleet_from_redis(
     settings: Settings, redis_client: redis.Redis
 ) -> None:
-    registry = scrape_registry(redis_client, settings, None)
+    registry = scrape_registry(fleet_reader(redis_client, settings), None)
     before = parse(generate_latest(registry).decode())
     with Memory.open(settings, index=False) as mem:
         _events(mem, "alpha", 3, redis_client)
-    worker = ConsolidationWorker.open(settings)
+    worker = open_worker(settings)
     try:
         assert worker.drain(budget_s=30, block_ms=0).events == 4
     finally:
@@ -88,7 +88,7 @@ def test_a_scrape_answers_while_redis_is_away(settings: Settings) -> None:
 
             return fail
 
-    metrics = parse(generate_latest(scrape_registry(Away(), settings, None)).decode())
+    metrics = parse(generate_latest(scrape_registry(fleet_reader(Away(), settings), None)).decode())
     assert value(metrics, "evomem_worker_redis_up") == 0
     assert worker_metrics().registry is not None
 
@@ -100,7 +100,7 @@ def service(settings: Settings, redis_client: redis.Redis) -> Iterator[EvomemHTT
     yield srv
     srv.shutdown()
     srv.server_close()
-    srv.service.memory.close()
+    srv.service.runtime.close()
 
 
 def _worker_url(log: Path) -> str | None:
@@ -108,6 +108,7 @@ def _worker_url(log: Path) -> str | None:
     return found.group(1) if found else None
 
 
+@pytest.mark.slow
 def test_worker_process_and_service_scrape_cleanly_and_the_dashboard_uses_their_names(
     service: EvomemHTTPServer, redis_url: str, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
@@ -122,7 +123,7 @@ def test_worker_process_and_service_scrape_cleanly_and_the_dashboard_uses_their_
         wait_for(lambda: _worker_url(log) is not None, 60, "the worker's metrics endpoint")
         url = _worker_url(log)
         assert url is not None
-        mem = service.service.memory
+        mem = Memory(service.service.runtime)
         _events(mem, "alpha", 6, redis_client)
         httpx.post(
             f"{service.url}/v1/retrieve", json={"query": "Verify claim 1 about alpha", "namespace": "alpha"}
@@ -156,6 +157,7 @@ def test_worker_process_and_service_scrape_cleanly_and_the_dashboard_uses_their_
     assert covered <= used and "evomem_request_seconds_bucket" in used
 
 
+@pytest.mark.slow
 def test_flower_follows_the_workers(redis_url: str, redis_client: redis.Redis, tmp_path: Path) -> None:
     """``celery -A workers.app flower`` against our Celery app: it sees the worker online and the
     consolidation tasks it runs (its own Prometheus /metrics says so)."""

@@ -11,48 +11,11 @@ from typing import Any
 from celery import Celery
 
 from evomem.settings import Settings
-from evomem.worker import redis_url
-
-QUEUE = "evomem.consolidate"
+from workers.config import QUEUE, broker_url, celery_config, settings_of
+from workers.pump import Pump
 
 app = Celery("evomem", include=["workers.tasks"])
-
-
-def broker_url(url: str) -> str:
-    """kombu spells a unix socket ``redis+socket:///path``."""
-    return "redis+socket://" + url[len("unix://") :] if url.startswith("unix://") else url
-
-
-def celery_config(settings: Settings) -> dict[str, Any]:
-    """The delivery settings of DESIGN §5, with one visibility timeout wherever it lives."""
-    transport = {"visibility_timeout": settings.visibility_timeout_s}
-    soft = settings.batch_time_limit_s
-    return {
-        "broker_url": broker_url(redis_url(settings)),
-        "broker_transport_options": transport,
-        "result_backend_transport_options": transport,
-        "visibility_timeout": settings.visibility_timeout_s,
-        "broker_connection_retry_on_startup": True,
-        "broker_connection_max_retries": None,  # a Redis restart is waited out, not fatal
-        "task_ignore_result": True,
-        "task_acks_late": True,  # ack after the batch, not before
-        "task_reject_on_worker_lost": True,  # a killed process's task is redelivered ...
-        "task_acks_on_failure_or_timeout": True,  # ... an exception is not: the stream keeps the events
-        "worker_prefetch_multiplier": 1,
-        "worker_cancel_long_running_tasks_on_connection_loss": True,
-        "task_soft_time_limit": soft,
-        "task_time_limit": soft + 30,
-        "worker_soft_shutdown_timeout": 15.0,
-        "worker_enable_soft_shutdown_on_idle": True,
-        "worker_hijack_root_logger": False,
-        # task events (a few small messages per batch task) from the start, so Flower sees every
-        # task, not only those after it first asks the workers to send them
-        "worker_send_task_events": True,
-        "task_default_queue": QUEUE,
-        "task_serializer": "json",
-        "accept_content": ["json"],
-        "evomem_settings": settings,
-    }
+app.steps["worker"].add(Pump)
 
 
 @app.on_configure.connect
@@ -60,18 +23,4 @@ def _configure(sender: Celery, **_: Any) -> None:
     sender.conf.update(celery_config(Settings()))
 
 
-def settings_of(celery_app: Celery) -> Settings:
-    settings = celery_app.conf.get("evomem_settings")
-    return settings if isinstance(settings, Settings) else Settings()
-
-
 __all__ = ["QUEUE", "app", "broker_url", "celery_config", "settings_of"]
-
-
-def _install_pump() -> None:
-    from workers.pump import install
-
-    install(app)
-
-
-_install_pump()

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
 from celery import bootsteps
 
+from evomem.errors import TransientError
 from evomem.logs import get_logger
-from evomem.redis_server import Client, connect
-from evomem.stream import EventStream
-from evomem.worker import redis_url
-from workers.app import QUEUE, settings_of
+from evomem.runtime import Runtime, connect_redis
+from workers.config import QUEUE, TASK_NAME, settings_of
 
 log = get_logger("evomem.pump")
 
@@ -28,35 +26,29 @@ class Pump(bootsteps.StartStopStep):
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
         self.tref: Any = None
-        self.client: Client | None = None
-        self.stream: EventStream | None = None
+        self.runtime: Runtime | None = None
 
     def start(self, worker: Any) -> None:
         settings = settings_of(worker.app)
-        self.client = connect(redis_url(settings))
-        self.stream = EventStream(self.client, settings.stream_maxlen)
+        self.runtime = Runtime(settings, connect_redis(settings), None)
         self.tref = worker.timer.call_repeatedly(settings.pump_interval_s, self.tick, (worker,), priority=10)
 
     def tick(self, worker: Any) -> None:
-        assert self.stream is not None and self.client is not None
+        assert self.runtime is not None
         try:
-            if not self.stream.has_backlog():
+            if not self.runtime.events.has_backlog():
                 return
-            queued = int(self.client.llen(QUEUE))
+            queued = int(self.runtime.redis.llen(QUEUE))
             for _ in range(max(0, int(worker.concurrency) - queued)):
-                worker.app.send_task("evomem.consolidate", queue=QUEUE)
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                worker.app.send_task(TASK_NAME, queue=QUEUE)
+        except (TransientError, OSError) as exc:
             log.warning("pump.redis_unreachable", error=str(exc))
 
     def stop(self, worker: Any) -> None:
         if self.tref is not None:
             self.tref.cancel()
-        if self.client is not None:
-            self.client.close()
+        if self.runtime is not None:
+            self.runtime.close()
 
 
-def install(celery_app: Any) -> None:
-    celery_app.steps["worker"].add(Pump)
-
-
-__all__ = ["Pump", "install"]
+__all__ = ["Pump"]

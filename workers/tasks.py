@@ -1,4 +1,5 @@
-"""Celery tasks: thin, each calls the library and returns. The logic is in ``evomem.worker``."""
+"""Celery tasks: thin, each calls the library and returns. The loop is ``evomem.pipeline.worker``,
+built for this process by ``evomem.runtime.open_worker``."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any
 from celery import signals
 
 from evomem.ops import tracing
-from evomem.worker import ConsolidationWorker
-from workers.app import app, settings_of
+from evomem.pipeline.worker import ConsolidationWorker
+from evomem.runtime import open_worker
+from workers.app import app
+from workers.config import TASK_NAME, settings_of
 
 _worker: ConsolidationWorker | None = None
 
@@ -17,7 +20,7 @@ def process_worker() -> ConsolidationWorker:
     """One stream consumer per worker process, made after the fork (connections are not shared)."""
     global _worker
     if _worker is None:
-        _worker = ConsolidationWorker.open(settings_of(app))
+        _worker = open_worker(settings_of(app))
     return _worker
 
 
@@ -28,7 +31,7 @@ def _fresh_after_fork(**_: Any) -> None:
     tracing.configure(settings_of(app))  # a span exporter's thread does not survive the fork
 
 
-@app.task(name="evomem.consolidate")
+@app.task(name=TASK_NAME)
 def consolidate() -> dict[str, object]:
     """Drain the event stream for a while: reclaim, read, decide, apply, ack."""
     settings = settings_of(app)

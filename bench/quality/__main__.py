@@ -26,12 +26,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
+from bench.common import merge_results
 from bench.quality import summary
 from bench.quality.arms import ARMS, append_only_arm, default_arm, default_scoring
 from bench.quality.plot import MOVING_AVERAGE, plot
 from bench.quality.run import CONSOLIDATE_EVERY, NAMESPACE, Job, run_job
 from bench.quality.worlds import WORLDS, WorldSpec
-from evomem.bench import merge_results
 from evomem.settings import Settings
 
 RESULTS_KEY = "quality"

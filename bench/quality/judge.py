@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from bench.quality.worlds import Lesson, Task, World
-from evomem.llm.testserver import JudgeFn
+from evomem.testing.llm_server import JudgeFn
 
 Verdict = str | dict[str, str]
 #: How a task names itself in its trajectory; the LLM judge reads it to find the task's ground truth.

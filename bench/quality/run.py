@@ -21,8 +21,8 @@ from typing import Any
 from bench.quality.arms import ArmSpec, settings_for
 from bench.quality.judge import Verdict, explicit_verdict, llm_judge
 from bench.quality.worlds import Lesson, Task, World, WorldSpec
-from evomem.llm.testserver import LLMTestServer
-from evomem.memory import Memory
+from evomem import Memory
+from evomem.testing.llm_server import LLMTestServer
 
 NAMESPACE = "quality"
 #: Tasks between two consolidations: the lag of a background worker behind a busy fleet.
@@ -254,7 +254,7 @@ def _final_state(world: World, mem: Memory, tally: _Tally, arm: ArmSpec) -> dict
         "top_served": _top_served(world, nodes, tally),
     }
     if arm.llm:
-        from evomem.llm.usage import summary
+        from evomem.adapters.llm.usage import summary
 
         usage = summary(mem.redis, mem.settings)
         out["llm"] = {

@@ -1,5 +1,5 @@
 """What the MCP tools do, apart from MCP: retrieve, report and inspect for one principal, against the
-local stores (``Memory``) or a retrieval service (``RemoteMemory``). No MCP import here, so the
+local stores (``LocalMemory``) or a retrieval service (``RemoteMemory``). No MCP import here, so the
 tools' behaviour is plain, typed code."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from evomem.errors import EvomemError, InvalidEventError, NotFoundError
-from evomem.memory import Memory, check_namespace
-from evomem.remote import RemoteMemory
-from evomem.retriever import Retrieval
+from evomem.pipeline.retrieve import Retrieval
+from evomem.sdk import LocalMemory, RemoteMemory
+from evomem.sdk.calls import check_namespace
 from evomem.service.auth import Forbidden, Principal
 from schemas.models import MAX_INSIGHT_CHARS
 
@@ -96,7 +96,7 @@ class _Served:
 class Backend:
     """The three tools' work for a principal. Thread-safe: MCP runs synchronous tools in threads."""
 
-    def __init__(self, memory: Memory | RemoteMemory, default_namespace: str = "default") -> None:
+    def __init__(self, memory: LocalMemory | RemoteMemory, default_namespace: str = "default") -> None:
         self.memory = memory
         self.default_namespace = default_namespace
         self._served: OrderedDict[str, _Served] = OrderedDict()

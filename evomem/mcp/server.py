@@ -30,11 +30,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from evomem.errors import ConfigError, EvomemError, StoreLockedError
 from evomem.logs import get_logger
 from evomem.mcp.backend import Backend, InsightOut, ReportOut, RetrieveOut, VerdictIn, describe
-from evomem.memory import Memory
-from evomem.remote import RemoteMemory
+from evomem.runfiles import service_url
+from evomem.sdk import LocalMemory, RemoteMemory
 from evomem.service.auth import OPEN, Principal, TokenAuth, Unauthorized
 from evomem.settings import Settings
-from evomem.tenancy.tokens import TokenStore
 
 log = get_logger("evomem.mcp")
 
@@ -217,10 +216,8 @@ def open_backend(settings: Settings) -> Backend:
     if settings.url is not None:
         return Backend(RemoteMemory.open(settings), default)
     try:
-        memory = Memory.open_local(settings)
+        memory = LocalMemory.open_local(settings)
     except StoreLockedError:
-        from evomem.service.server import service_url
-
         url = service_url(settings.data_dir)
         if url is None:
             raise
@@ -233,7 +230,7 @@ class LocalBackend(Backend):
     """On the local stores the server keeps the index in step and, unless told not to, consolidates
     what it is told in a thread of its own, so a desktop agent with no workers still learns."""
 
-    def __init__(self, memory: Memory, default_namespace: str, *, consolidate: bool) -> None:
+    def __init__(self, memory: LocalMemory, default_namespace: str, *, consolidate: bool) -> None:
         super().__init__(memory, default_namespace)
         self.local = memory
         memory.follow()
@@ -276,7 +273,7 @@ def make_auth(settings: Settings, backend: Backend | None = None) -> TokenAuth:
     """``EVOMEM_TOKENS``, plus the run-time tokens when the backend is the local stores."""
     auth = TokenAuth(settings.tokens.get_secret_value() if settings.tokens else None)
     if isinstance(backend, LocalBackend):
-        auth.attach(TokenStore(backend.local.redis, settings.tenancy_cache_s))
+        auth.attach(backend.local.runtime.tokens)
     return auth
 
 

@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any
 from evomem.logs import get_logger
 
 if TYPE_CHECKING:
-    from evomem.ports import ApplyResult
+    from evomem.core.ports import ApplyResult, Entry
     from evomem.settings import Settings
-    from evomem.stream import Entry
     from schemas import TaskEvent
 
 log = get_logger("evomem.tracing")

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -26,11 +26,27 @@ from prometheus_client.registry import Collector
 from evomem.logs import get_logger
 
 if TYPE_CHECKING:
-    from evomem.consolidation import ConsolidationReport
-    from evomem.redis_server import Client
     from evomem.settings import Settings
 
 log = get_logger("evomem.worker.metrics")
+
+
+class BatchReport(Protocol):
+    """What a batch's report tells the metrics (``evomem.pipeline.consolidate.ConsolidationReport``)."""
+
+    @property
+    def events(self) -> int: ...
+
+    @property
+    def dead_lettered(self) -> int: ...
+
+    @property
+    def decisions(self) -> Mapping[tuple[str, str], int]: ...
+
+
+#: Reads the fleet's state at scrape time: the event stream's figures and the LLM usage
+#: (``evomem.runtime.fleet_reader``).
+FleetReader = Callable[[], tuple[dict[str, int], dict[str, Any]]]
 
 BATCH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -65,7 +81,7 @@ class WorkerMetrics:
             "evomem_worker_dead_letters", "Events this worker sent to the dead letters.", registry=r
         )
 
-    def observe(self, report: ConsolidationReport, seconds: float) -> None:
+    def observe(self, report: BatchReport, seconds: float) -> None:
         if report.events == 0:
             return
         self.batches.inc()
@@ -94,18 +110,13 @@ def worker_metrics() -> WorkerMetrics:
 class FleetCollector(Collector):
     """Gauges read from Redis at scrape time: what the whole fleet shares."""
 
-    def __init__(self, client: Client, settings: Settings) -> None:
-        self.client = client
-        self.settings = settings
+    def __init__(self, read: FleetReader) -> None:
+        self.read = read
 
     def collect(self) -> Iterator[Any]:
-        from evomem.llm.usage import summary
-        from evomem.stream import EventStream
-
         up = GaugeMetricFamily("evomem_worker_redis_up", "1 while the worker's Redis answers a scrape.")
         try:
-            info = EventStream(self.client, self.settings.stream_maxlen).info()
-            usage = summary(self.client, self.settings)
+            info, usage = self.read()
         except Exception as exc:  # a scrape must still answer, and say Redis is away
             log.warning("metrics.redis_unreachable", error=f"{type(exc).__name__}: {exc}")
             up.add_metric([], 0.0)
@@ -166,7 +177,7 @@ def prepare_multiprocess(settings: Settings) -> Path:
     return directory
 
 
-def scrape_registry(client: Client, settings: Settings, multiprocess_dir: Path | None) -> CollectorRegistry:
+def scrape_registry(fleet: FleetReader, multiprocess_dir: Path | None) -> CollectorRegistry:
     """The registry a worker's endpoint serves: every process's counters, and the fleet's gauges."""
     registry = CollectorRegistry()
     if multiprocess_dir is None:
@@ -175,7 +186,7 @@ def scrape_registry(client: Client, settings: Settings, multiprocess_dir: Path |
         from prometheus_client import multiprocess
 
         multiprocess.MultiProcessCollector(registry, path=str(multiprocess_dir))  # type: ignore[no-untyped-call]
-    registry.register(FleetCollector(client, settings))
+    registry.register(FleetCollector(fleet))
     return registry
 
 

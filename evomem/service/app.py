@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
-import redis
-
-from evomem import keys
-from evomem.errors import NotFoundError, TransientError
-from evomem.logs import get_logger
-from evomem.memory import Memory
+from evomem.core.ports import EditRecord
+from evomem.errors import EvomemError, NotFoundError, StoreError, TransientError
+from evomem.logs import bind, get_logger
+from evomem.runtime import Runtime
 from evomem.service.api import (
     EventAccepted,
     InsightResponse,
@@ -27,16 +25,24 @@ from evomem.service.api import (
 )
 from evomem.service.auth import Principal, TokenAuth
 from evomem.service.metrics import Metrics
-from schemas import TaskEvent
+from schemas import InsightNode, TaskEvent
 
 log = get_logger("evomem.service")
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    node: InsightNode
+    lineage: tuple[str, ...]
+    history: tuple[EditRecord, ...]
+
 
 STALENESS_CACHE_S = 0.1
 
 
 class RetrievalService:
-    def __init__(self, memory: Memory, auth: TokenAuth, metrics: Metrics | None = None) -> None:
-        self.memory = memory
+    def __init__(self, runtime: Runtime, auth: TokenAuth, metrics: Metrics | None = None) -> None:
+        self.runtime = runtime
         self.auth = auth
         self.metrics = metrics or Metrics()
         self._stale = (0.0, 0.0)  # (computed at, value)
@@ -58,10 +64,12 @@ class RetrievalService:
 
     # -- retrieval, failing open -----------------------------------------------------------------
     def retrieve(self, principal: Principal, body: RetrieveRequest) -> RetrieveResponse:
+        bind(namespace=body.namespace)
         principal.check(body.namespace)
-        self.memory.quotas.charge_retrieval(body.namespace)
+        self.runtime.quotas.charge_retrieval(body.namespace)
         degraded = None
-        retriever = self.memory.retriever
+        retriever = self.runtime.retriever
+        assert retriever is not None  # the service always opens its index
         try:
             r = retriever.retrieve(body.query, body.namespace, top_k=body.top_k, budget=body.budget)
         except TransientError:
@@ -73,6 +81,7 @@ class RetrievalService:
             degraded = (
                 "redis unreachable: no query-graph expansion, and this retrieval id cannot be reported on"
             )
+        bind(retrieval_id=r.id)
         self.metrics.served_insights(len(r.insights), degraded is not None)
         return RetrieveResponse(
             retrieval_id=r.id,
@@ -95,9 +104,10 @@ class RetrievalService:
 
     # -- events ------------------------------------------------------------------------------------
     def publish(self, principal: Principal, event: TaskEvent, size: int) -> EventAccepted:
+        bind(namespace=event.namespace, event_id=str(event.event_id))
         principal.check(event.namespace)
-        self.memory.quotas.charge_event(event.namespace, size)
-        entry_id = self.memory.stream.publish(event)
+        self.runtime.quotas.charge_event(event.namespace, size)
+        entry_id = self.runtime.events.publish(event)
         return EventAccepted(event_id=str(event.event_id), entry_id=entry_id)
 
     # -- insights ------------------------------------------------------------------------------------
@@ -109,7 +119,7 @@ class RetrievalService:
 
     def lineage(self, principal: Principal, insight_id: str) -> LineageResponse:
         view = self._visible(principal, insight_id)
-        nodes = self.memory.graph.insights(view.lineage)
+        nodes = self.runtime.graph.insights(view.lineage)
         return LineageResponse(
             id=insight_id,
             lineage=[
@@ -118,14 +128,17 @@ class RetrievalService:
             ],
         )
 
-    def _visible(self, principal: Principal, insight_id: str) -> Any:
+    def _visible(self, principal: Principal, insight_id: str) -> _View:
+        missing = NotFoundError(f"no insight {insight_id!r}")
+        graph = self.runtime.graph
         try:
-            view = self.memory.insight(insight_id)
-        except NotFoundError:
-            raise NotFoundError(f"no insight {insight_id!r}") from None
-        if not principal.may(view.node.namespace):  # another tenant's node does not exist for this token
-            raise NotFoundError(f"no insight {insight_id!r}")
-        return view
+            node = graph.insights([insight_id]).get(insight_id) if insight_id else None
+            # another tenant's node does not exist for this token
+            if node is None or not principal.may(node.namespace):
+                raise missing
+            return _View(node, tuple(graph.lineage(insight_id)), tuple(graph.history(insight_id)))
+        except StoreError:
+            raise missing from None  # a key of another kind under this name: no insight has this id
 
     # -- health --------------------------------------------------------------------------------------
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -134,12 +147,12 @@ class RetrievalService:
         out: dict[str, Any] = {"index": "ok"}
         healthy = True
         try:
-            self.memory.redis.ping()
+            self.runtime.redis.ping()
             out["redis"] = "ok"
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
+        except (TransientError, OSError):
             out["redis"] = "unreachable"
             healthy = False
-        state = self.memory.follower()
+        state = self.runtime.follower()
         if state is None:
             out["projector"] = {"status": "not following"}
             out["index"] = "not kept in step: no projector follows the change feed"
@@ -155,7 +168,7 @@ class RetrievalService:
         return healthy, out
 
     def _following(self) -> bool:
-        state = self.memory.follower()
+        state = self.runtime.follower()
         return state is not None and state.status == "following"
 
     def staleness(self) -> float:
@@ -165,31 +178,23 @@ class RetrievalService:
             at, value = self._stale
             if now - at < STALENESS_CACHE_S:
                 return value
-        projector = self.memory.projector
-        value = 0.0
-        if projector is not None:
-            try:
-                nxt = self.memory.redis.xrange(
-                    keys.CHANGES_STREAM, min=f"({projector.cursor}", max="+", count=1
-                )
-            except (redis.RedisError, OSError):
-                # nothing is known since Redis last answered: the index is at least that much behind
-                seen_at, lag_then = self._redis_seen
-                value = lag_then + (now - seen_at)
-            else:
-                if nxt:
-                    written_ms = int(nxt[0][0].decode().split("-")[0])
-                    value = max(0.0, now - written_ms / 1000)
-                self._redis_seen = (now, value)
+        try:
+            value = self.runtime.staleness_s()
+        except (EvomemError, OSError):
+            # nothing is known since Redis last answered: the index is at least that much behind
+            seen_at, lag_then = self._redis_seen
+            value = lag_then + (now - seen_at)
+        else:
+            self._redis_seen = (now, value)
         with self._stale_lock:
             self._stale = (now, value)
         return value
 
     def _lag_changes(self) -> int:
-        projector = self.memory.projector
+        projector = self.runtime.projector
         try:
             return projector.lag() if projector is not None else 0
-        except (redis.RedisError, OSError):
+        except (EvomemError, OSError):
             return -1
 
 

@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from evomem.errors import ConfigError, EvomemError
 
-if TYPE_CHECKING:
-    from evomem.tenancy.tokens import TokenStore
-
 ALL = "*"
+
+
+class TokenRecordLike(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def namespaces(self) -> list[str] | tuple[str, ...]: ...
+
+
+class TokenStore(Protocol):
+    """The run-time tokens (``evomem tokens``; ``Runtime.tokens`` in Redis)."""
+
+    def any(self) -> bool: ...
+
+    def lookup(self, token: str) -> TokenRecordLike | None: ...
 
 
 class Unauthorized(EvomemError):

@@ -3,7 +3,6 @@ outcome. Nothing else in the service chooses a status for an error."""
 
 from __future__ import annotations
 
-import redis
 from pydantic import ValidationError
 
 from evomem.errors import (
@@ -12,9 +11,9 @@ from evomem.errors import (
     NotFoundError,
     QuotaExceededError,
     TransientError,
+    reason_of,
 )
 from evomem.service.auth import Forbidden, Unauthorized
-from evomem.stream import reason_of
 
 
 class HTTPError(EvomemError):
@@ -56,8 +55,6 @@ STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (ValidationError, 422, "invalid"),
     (QuotaExceededError, 429, "quota"),
     (TransientError, 503, "unavailable"),
-    (redis.ConnectionError, 503, "unavailable"),
-    (redis.TimeoutError, 503, "unavailable"),
     (EvomemError, 500, "error"),
 )
 
@@ -80,8 +77,6 @@ def classify(exc: BaseException, body_name: str = "event") -> tuple[int, str, st
         return status, outcome, message, field
     if isinstance(exc, HTTPError):
         return status, outcome, str(exc), exc.field
-    if isinstance(exc, redis.RedisError):
-        return status, outcome, "redis unreachable", None
     return status, outcome, str(exc), None
 
 

@@ -1,12 +1,14 @@
 """The HTTP API on Starlette: the routes of ``api.ROUTES``, each run through one wrapper that guards
 the request (origin, host, media type, body size and pace), maps any error through ``errors.STATUS``,
-counts it in the metrics before the answer leaves, and tells the request hooks its stage timings."""
+counts it in the metrics before the answer leaves, and writes the request's canonical log line,
+``request.served``, with its stage timings (``evomem.stages``: the service's own, and the
+retriever's embed, similar, expand, candidates and rank)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,7 +23,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from evomem.logs import get_logger
+from evomem import stages
+from evomem.logs import bind, bound, get_logger
 from evomem.service.api import ROUTES, RetrieveRequest, RouteSpec, openapi
 from evomem.service.app import RetrievalService
 from evomem.service.auth import Principal
@@ -44,7 +47,7 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 @dataclass(slots=True)
 class RequestRecord:
-    """One request as the hooks see it: route, status, outcome and the server's stage timings (ns)."""
+    """One request as its canonical line tells it: route, status, outcome, stage timings (ns)."""
 
     route: str
     method: str
@@ -54,15 +57,6 @@ class RequestRecord:
     started_ns: int = 0
     stages_ns: dict[str, int] = field(default_factory=dict)
     total_ns: int = 0
-
-
-RequestHook = Callable[[RequestRecord], None]
-
-#: The request being served, in the event loop and in the worker thread that runs its work (anyio
-#: copies the context): code on the request's path can add its own stage timings to it.
-current_request: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
-    "evomem_request", default=None
-)
 
 
 @dataclass(slots=True)
@@ -85,7 +79,6 @@ class Api:
         self.service = service
         self.max_body = settings.http_max_body_bytes
         self.body_timeout_s = settings.http_idle_timeout_s
-        self.hooks: list[RequestHook] = []  # e.g. the HTTP benchmark's stage timings
         self._openapi = json.dumps(openapi()).encode()
         work: dict[str, Work] = {
             "retrieve": self._retrieve,
@@ -108,33 +101,33 @@ class Api:
 
         async def endpoint(request: Request) -> Response:
             record = RequestRecord(spec.name, request.method, started_ns=clock())
-            stages = record.stages_ns
+            times = record.stages_ns
             read_all = spec.request is None
-            token = current_request.set(record)
-            try:
-                self._guard(request, spec)
-                t0 = clock()
-                principal = (
-                    self.service.auth.authenticate(request.headers.get("authorization"))
-                    if spec.secured
-                    else None
-                )
-                record.principal = principal.name if principal else None
-                t1 = clock()
-                stages["auth"] = t1 - t0
-                body = b""
-                if spec.request is not None:
-                    body = await self._read_body(request)
-                    stages["read_body"] = clock() - t1
-                read_all = True
-                response = await work(_Call(request, principal, body, record))
-                record.status = response.status_code
-            except Exception as exc:
-                response = self._error(exc, spec, body_name, record, read_all)
-            finally:
-                current_request.reset(token)
-            record.total_ns = clock() - record.started_ns
-            self._done(record)
+            # the request's ids on every line logged while it is served; its stages timed into the record
+            with bound(route=spec.name), stages.recording(times):
+                try:
+                    self._guard(request, spec)
+                    t0 = clock()
+                    principal = (
+                        self.service.auth.authenticate(request.headers.get("authorization"))
+                        if spec.secured
+                        else None
+                    )
+                    record.principal = principal.name if principal else None
+                    bind(principal=record.principal)
+                    t1 = clock()
+                    times["auth"] = t1 - t0
+                    body = b""
+                    if spec.request is not None:
+                        body = await self._read_body(request)
+                        times["read_body"] = clock() - t1
+                    read_all = True
+                    response = await work(_Call(request, principal, body, record))
+                    record.status = response.status_code
+                except Exception as exc:
+                    response = self._error(exc, spec, body_name, record, read_all)
+                record.total_ns = clock() - record.started_ns
+                self._done(record)
             return response
 
         return endpoint
@@ -157,9 +150,9 @@ class Api:
     def _done(self, record: RequestRecord) -> None:
         # counted before the response is sent, so a client that has its answer sees it in /metrics
         self.service.metrics.observe(record.route, record.outcome, record.total_ns / 1e9)
-        for hook in self.hooks:
-            hook(record)
-        log.debug(
+        if not log.isEnabledFor(logging.INFO):
+            return
+        log.info(  # the canonical line of a request (at INFO: `evomem --log-level INFO serve` shows it)
             "request.served",
             route=record.route,
             status=record.status,
@@ -222,7 +215,7 @@ class Api:
     # thread pool, so that a health probe is answered between retrievals.
     async def _retrieve(self, call: _Call) -> Response:
         assert call.principal is not None
-        principal, body, stages = call.principal, call.body, call.record.stages_ns
+        principal, body, times = call.principal, call.body, call.record.stages_ns
 
         def work() -> bytes:
             t0 = time.perf_counter_ns()
@@ -231,7 +224,7 @@ class Api:
             answer = self.service.retrieve(principal, request)
             t2 = time.perf_counter_ns()
             data = answer.model_dump_json().encode()
-            stages.update(validate=t1 - t0, retrieve=t2 - t1, serialise=time.perf_counter_ns() - t2)
+            times.update(validate=t1 - t0, retrieve=t2 - t1, serialise=time.perf_counter_ns() - t2)
             return data
 
         return _json(200, _inline(work, call.record))
@@ -333,4 +326,4 @@ def create_app(service: RetrievalService, settings: Settings) -> tuple[Starlette
     return app, api
 
 
-__all__ = ["Api", "RequestHook", "RequestRecord", "create_app", "current_request"]
+__all__ = ["Api", "RequestRecord", "create_app"]

@@ -10,7 +10,6 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -18,12 +17,12 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from evomem.errors import ConfigError
 from evomem.logs import get_logger
-from evomem.memory import Memory
+from evomem.runfiles import service_url_file
+from evomem.runtime import Runtime, open_runtime
 from evomem.service.app import RetrievalService
 from evomem.service.auth import TokenAuth
 from evomem.service.routes import Api, create_app
 from evomem.settings import Settings
-from evomem.tenancy.tokens import TokenStore
 
 log = get_logger("evomem.service")
 
@@ -156,33 +155,35 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def build_server(settings: Settings, memory: Memory | None = None) -> EvomemHTTPServer:
+def build_server(settings: Settings, runtime: Runtime | None = None) -> EvomemHTTPServer:
+    """The retrieval side: the stores (``runtime``, or those the settings name), the projector
+    following the change feed, and the HTTP API on its bound socket."""
     auth = TokenAuth(settings.tokens.get_secret_value() if settings.tokens else None)
     sock = bind(settings.http_host, settings.http_port)  # first: a port in use opens nothing
     try:
-        memory = memory or Memory.open_local(settings)
+        runtime = runtime or open_runtime(settings)
     except BaseException:
         sock.close()
         raise
     try:
-        auth.attach(TokenStore(memory.redis, settings.tenancy_cache_s))  # run-time tokens
+        auth.attach(runtime.tokens)  # run-time tokens
         if not auth.enabled and settings.http_host not in ("127.0.0.1", "localhost", "::1"):
             raise ConfigError(
                 "without EVOMEM_TOKENS (or a token made with `evomem tokens create`) the service only "
                 f"listens on loopback; set tokens to bind {settings.http_host}"
             )
-        memory.follow()
-        return EvomemHTTPServer(sock, RetrievalService(memory, auth), settings)
+        runtime.follow()
+        return EvomemHTTPServer(sock, RetrievalService(runtime, auth), settings)
     except BaseException:
         sock.close()
-        memory.close()
+        runtime.close()
         raise
 
 
 def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT; the URL is written under DATA_DIR so other processes can find it."""
     server = build_server(settings)
-    url_file = settings.data_dir / "run" / "service.url"
+    url_file = service_url_file(settings.data_dir)
 
     def shutdown(*_: Any) -> None:
         server._server.should_exit = True
@@ -198,14 +199,8 @@ def serve(settings: Settings) -> None:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         server.server_close()
-        server.service.memory.close()
+        server.service.runtime.close()
         url_file.unlink(missing_ok=True)
 
 
-def service_url(data_dir: Path) -> str | None:
-    """The URL of the service that holds this DATA_DIR's store, if one runs."""
-    path = data_dir / "run" / "service.url"
-    return path.read_text().strip() if path.exists() else None
-
-
-__all__ = ["Api", "EvomemHTTPServer", "bind", "build_server", "serve", "service_url"]
+__all__ = ["Api", "EvomemHTTPServer", "bind", "build_server", "serve"]

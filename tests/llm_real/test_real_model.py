@@ -19,18 +19,18 @@ import pytest
 import redis
 from llm_helpers import dead_letters, publish, run_until_idle, seed
 
-from evomem.controllers import DecisionInput
-from evomem.llm.answers import load_json
-from evomem.llm.client import ChatEndpoint, ResponseFormatUnsupported
-from evomem.llm.controller import LLMController
-from evomem.llm.localserver import LocalLLMServer
-from evomem.llm.prompt import SYSTEM_PROMPT, build_batch
-from evomem.llm.tokens import EstimatedTokens
-from evomem.llm.usage import event_usage, summary
-from evomem.ports import InsightHead
+from evomem.adapters.llm.answers import load_json
+from evomem.adapters.llm.client import ChatEndpoint, ResponseFormatUnsupported
+from evomem.adapters.llm.controller import LLMController
+from evomem.adapters.llm.prompt import SYSTEM_PROMPT, build_batch
+from evomem.adapters.llm.tokens import EstimatedTokens
+from evomem.adapters.llm.usage import event_usage, summary
+from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.core.decisions import DecisionInput
+from evomem.core.ports import InsightHead
+from evomem.runtime import open_worker
 from evomem.settings import Settings
-from evomem.stores.redis_graph import RedisGraphStore
-from evomem.worker import ConsolidationWorker
+from evomem.testing.local_llm import LocalLLMServer
 from schemas import TaskEvent
 
 # a CPU model shared with other work can take many minutes for the dozen events
@@ -123,14 +123,14 @@ def test_every_event_is_decided_or_dead_lettered_with_the_models_answer(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings = real_settings(tmp_path, redis_url, llama)
-    worker = ConsolidationWorker(settings, redis_client, consumer="real")
+    worker = open_worker(settings, redis_client, consumer="real")
     ids = seed(redis_client, NS, INSIGHTS)
     events: list[TaskEvent] = [
         publish(redis_client, NS, q, status, [ids[i] for i in which], **fields)
         for q, status, which, fields in EVENTS
     ]
     started = time.perf_counter()
-    with caplog.at_level("INFO", logger="evomem.llm"):
+    with caplog.at_level("INFO", logger="evomem.adapters.llm"):
         totals = run_until_idle(worker)
     wall = time.perf_counter() - started
 

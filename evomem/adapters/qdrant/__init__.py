@@ -1,0 +1,1 @@
+"""Qdrant: the retrieval read model, embedded (Qdrant Edge) or on a server (qdrant-client)."""

@@ -1,0 +1,369 @@
+"""The retrieval index on a Qdrant server (or qdrant-client's ``:memory:`` mode) through qdrant-client.
+
+Used when ``EVOMEM_QDRANT_URL`` is set. Unlike the embedded engine, a server can be written by
+several retrieval workers at once, each running a projector, so every write is guarded on the
+server itself: a stored insight is only changed by a write carrying a higher version. Vendor errors
+are translated here, at the boundary (``evomem.errors``), and never carry the API key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+import warnings
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from qdrant_client import QdrantClient, models
+from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from evomem import keys
+from evomem.adapters.qdrant.common import (
+    INSIGHT_INDEXES,
+    QUERY_INDEXES,
+    VECTOR_NAME,
+    hit_from_payload,
+    insight_payload,
+    latest,
+    node_id_of,
+    point_id,
+    query_payload,
+    query_point_id,
+    serving_from_payload,
+)
+from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
+from evomem.core.retrieval import ServingInsight
+from evomem.errors import ConfigError, EvomemError, TransientError
+from evomem.settings import Settings
+
+WRITE_BATCH = 256
+"""Points per request: keeps a projector batch of sparse vectors well under the server's body limit."""
+
+_LOCAL_INDEX_WARNING = "Payload indexes have no effect in the local Qdrant"
+_SCHEMAS: dict[str, Any] = {
+    "tenant": models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
+    "keyword": models.PayloadSchemaType.KEYWORD,
+    "integer": models.PayloadSchemaType.INTEGER,
+}
+_QUERY_INDEXES: dict[str, Any] = {field: _SCHEMAS[kind] for field, kind in QUERY_INDEXES}
+_INSIGHT_INDEXES: dict[str, Any] = {field: _SCHEMAS[kind] for field, kind in INSIGHT_INDEXES}
+
+
+def _where(url: str) -> str:
+    """The URL without credentials or query, safe to show in messages and to name the store by."""
+    parts = urlsplit(url if "//" in url else f"//{url}")
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", "")).removeprefix("//")
+
+
+def _older_than(version: int) -> models.FieldCondition:
+    return models.FieldCondition(key="version", range=models.Range(lt=version))
+
+
+class ClientIndex:
+    """A ``VectorIndex`` on two collections of a Qdrant server, reached through qdrant-client."""
+
+    def __init__(
+        self,
+        client: QdrantClient,
+        kind: Literal["sparse", "dense"],
+        dim: int,
+        *,
+        identity: str,
+        where: str,
+        local: bool = False,
+        secret: str | None = None,
+    ) -> None:
+        self.client = client
+        self.kind = kind
+        self.dim = dim
+        self.identity = identity
+        self._where = where
+        self._local = local
+        self._secret = secret
+        with self._boundary("opening the collections"):
+            created = [
+                self._ensure(keys.QUERY_COLLECTION, _QUERY_INDEXES),
+                self._ensure(keys.INSIGHT_COLLECTION, _INSIGHT_INDEXES),
+            ]
+        self.fresh = any(created)
+
+    @classmethod
+    def connect(cls, settings: Settings, kind: Literal["sparse", "dense"], dim: int) -> ClientIndex:
+        """Open the server at ``settings.qdrant_url``; ``":memory:"`` gives a throwaway local store."""
+        url = settings.qdrant_url
+        if not url:
+            raise ConfigError("EVOMEM_QDRANT_URL is not set")
+        if url == ":memory:":
+            return cls(
+                QdrantClient(location=":memory:"),
+                kind,
+                dim,
+                local=True,
+                where=":memory:",
+                identity=f"qdrant-memory:{uuid.uuid4().hex}",
+            )
+        secret = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        where = _where(url)
+        try:  # the version check runs in a thread and can only warn; the first request below checks for real
+            client = QdrantClient(url=url, api_key=secret, check_compatibility=False)
+        except ValueError as exc:
+            raise ConfigError(
+                f"EVOMEM_QDRANT_URL {where!r} is not a usable Qdrant URL: {str(exc).replace(url, where)}"
+            ) from None
+        return cls(client, kind, dim, identity=f"qdrant:{where}", where=where, secret=secret)
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _ensure(self, name: str, indexes: Mapping[str, Any]) -> bool:
+        """Create the collection if it is missing, check its vectors, add missing payload indexes.
+
+        Indexes come before the first write (strict mode rejects filters on unindexed fields, and
+        segments are built with them). Returns whether this call created the collection.
+        """
+        created = False
+        if not self.client.collection_exists(name):
+            try:
+                if self.kind == "sparse":
+                    self.client.create_collection(
+                        name, sparse_vectors_config={VECTOR_NAME: models.SparseVectorParams()}
+                    )
+                else:
+                    self.client.create_collection(
+                        name,
+                        vectors_config={
+                            VECTOR_NAME: models.VectorParams(size=self.dim, distance=models.Distance.COSINE)
+                        },
+                    )
+                created = True
+            except UnexpectedResponse as exc:  # another worker created it first
+                if exc.status_code != 409 and b"already exists" not in exc.content:
+                    raise
+        info = self.client.get_collection(name)
+        self._check_vectors(name, info)
+        for field, schema in indexes.items():
+            if field not in (info.payload_schema or {}):
+                self._create_index(name, field, schema)
+        return created
+
+    def _check_vectors(self, name: str, info: models.CollectionInfo) -> None:
+        params = info.config.params
+        if self.kind == "sparse":
+            ok = VECTOR_NAME in (params.sparse_vectors or {})
+        else:
+            dense = params.vectors if isinstance(params.vectors, dict) else {}
+            ok = VECTOR_NAME in dense and dense[VECTOR_NAME].size == self.dim
+        if not ok:
+            raise ConfigError(
+                f"collection {name!r} at {self._where} was made for other vectors than the "
+                f"configured embedder's ({self.kind}, dim {self.dim}); "
+                "use another Qdrant or drop the collection"
+            )
+
+    def _create_index(self, name: str, field: str, schema: Any) -> None:
+        if not self._local:
+            self.client.create_payload_index(name, field, field_schema=schema, wait=True)
+            return
+        with warnings.catch_warnings():  # local mode has no payload indexes and says so; it is a stand-in
+            warnings.filterwarnings("ignore", message=_LOCAL_INDEX_WARNING, category=UserWarning)
+            self.client.create_payload_index(name, field, field_schema=schema, wait=True)
+
+    # -- the error boundary ----------------------------------------------------------------------
+    def _redact(self, text: str) -> str:
+        return text.replace(self._secret, "***") if self._secret else text
+
+    @contextlib.contextmanager
+    def _boundary(self, action: str) -> Iterator[None]:
+        """Translate qdrant-client and httpx errors into evomem's; ``from None`` keeps headers out."""
+        try:
+            yield
+        except (ResponseHandlingException, httpx.TransportError, ResourceExhaustedResponse) as exc:
+            source = getattr(exc, "source", exc)
+            detail = self._redact(f"{type(source).__name__}: {source}")
+            raise TransientError(
+                f"Qdrant at {self._where} did not answer while {action} ({detail})"
+            ) from None
+        except UnexpectedResponse as exc:
+            code = exc.status_code or 0
+            body = self._redact(exc.content[:300].decode(errors="replace"))
+            if code == 429 or code >= 500:
+                raise TransientError(
+                    f"Qdrant at {self._where} is unavailable ({code}) while {action}"
+                ) from None
+            if code in (401, 403):
+                raise ConfigError(
+                    f"Qdrant at {self._where} refused the credentials ({code}); check EVOMEM_QDRANT_API_KEY"
+                ) from None
+            raise EvomemError(f"Qdrant at {self._where} rejected {action} ({code}): {body}") from None
+
+    # -- writes (the projector's) ----------------------------------------------------------------
+    def _vector(self, vec: Vector) -> models.SparseVector | list[float]:
+        if self.kind == "sparse":
+            if not isinstance(vec, Mapping):
+                raise TypeError("this index holds sparse vectors: pass {index: value}")
+            items = sorted(vec.items())
+            return models.SparseVector(
+                indices=[int(i) for i, _ in items], values=[float(v) for _, v in items]
+            )
+        if isinstance(vec, Mapping):
+            raise TypeError("this index holds dense vectors: pass a list of floats")
+        return [float(x) for x in vec]
+
+    def _point(self, pid: str, vec: Vector, payload: dict[str, Any]) -> models.PointStruct:
+        return models.PointStruct(id=pid, vector={VECTOR_NAME: self._vector(vec)}, payload=payload)
+
+    def write_queries(self, points: Sequence[tuple[QueryPoint, Vector | None]]) -> None:
+        by_point = {query_point_id(p.namespace, p.id): (p, v) for p, v in latest(points)}
+        self._write(keys.QUERY_COLLECTION, by_point, query_payload)
+
+    def write_insights(self, points: Sequence[tuple[InsightPoint, Vector | None]]) -> None:
+        by_point = {point_id(p.id): (p, v) for p, v in latest(points)}
+        self._write(keys.INSIGHT_COLLECTION, by_point, insight_payload)
+
+    def _write(self, collection: str, by_point: dict[str, tuple[Any, Vector | None]], payload: Any) -> None:
+        """Upsert unseen points with their vectors and set the payload of stored ones.
+
+        The stored versions read first decide which is which; each write is also guarded on the
+        server (``version < new``), so a projector racing this one never gets overwritten by an older
+        version either.
+        """
+        if not by_point:
+            return
+        with self._boundary("reading versions"):
+            records = self.client.retrieve(
+                collection, list(by_point), with_payload=["version"], with_vectors=False
+            )
+        stored = {str(r.id): int((r.payload or {})["version"]) for r in records}
+        ops: list[models.UpsertOperation | models.SetPayloadOperation] = []
+        unseen: dict[int, list[models.PointStruct]] = {}
+        for pid, (p, vec) in by_point.items():
+            if pid not in stored:
+                if vec is None:
+                    raise ValueError(f"{p.id!r} is not in the index yet and came without a vector")
+                unseen.setdefault(p.version, []).append(self._point(pid, vec, payload(p)))
+            elif stored[pid] < p.version:
+                guard = models.Filter(must=[models.HasIdCondition(has_id=[pid]), _older_than(p.version)])
+                ops.append(
+                    models.SetPayloadOperation(
+                        set_payload=models.SetPayload(payload=payload(p), filter=guard)
+                    )
+                )
+        for version, pts in unseen.items():
+            ops.extend(
+                models.UpsertOperation(
+                    upsert=models.PointsList(
+                        points=pts[i : i + WRITE_BATCH],
+                        update_filter=models.Filter(must=[_older_than(version)]),
+                    )
+                )
+                for i in range(0, len(pts), WRITE_BATCH)
+            )
+        for start in range(0, len(ops), WRITE_BATCH):
+            with self._boundary("writing points"):
+                self.client.batch_update_points(collection, ops[start : start + WRITE_BATCH], wait=True)
+
+    # -- reads -----------------------------------------------------------------------------------
+    def _nearest(
+        self, collection: str, vector: Vector, must: list[models.FieldCondition], k: int, fields: list[str]
+    ) -> list[models.ScoredPoint]:
+        if not vector or k <= 0:
+            return []
+        with self._boundary("searching"):
+            hits = self.client.query_points(
+                collection,
+                query=self._vector(vector),
+                using=VECTOR_NAME,
+                query_filter=models.Filter(must=list(must)),
+                limit=k,
+                with_payload=fields,
+                with_vectors=False,
+            ).points
+        return [h for h in hits if h.score > 0]
+
+    @staticmethod
+    def _match(field: str, value: str) -> models.FieldCondition:
+        return models.FieldCondition(key=field, match=models.MatchValue(value=value))
+
+    def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
+        hits = self._nearest(
+            keys.QUERY_COLLECTION,
+            vector,
+            [self._match("namespace", namespace)],
+            k,
+            ["id", "supports", "harms"],
+        )
+        return [hit_from_payload(h.payload or {}, float(h.score)) for h in hits]
+
+    def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
+        if not ids:
+            return {}
+        with self._boundary("reading queries"):
+            records = self.client.retrieve(
+                keys.QUERY_COLLECTION,
+                [query_point_id(namespace, q) for q in ids],
+                with_payload=["id", "namespace", "supports", "harms"],
+                with_vectors=False,
+            )
+        payloads = [r.payload or {} for r in records]
+        return {p["id"]: hit_from_payload(p) for p in payloads if p.get("namespace") == namespace}
+
+    def serving_insights(self, namespace: str, ids: Collection[str]) -> list[ServingInsight]:
+        if not ids:
+            return []
+        wanted = sorted(ids)
+        flt = models.Filter(
+            must=[self._match("namespace", namespace), self._match("state", "active")],
+            should=[
+                models.HasIdCondition(has_id=[point_id(i) for i in wanted]),
+                models.FieldCondition(key="inherits", match=models.MatchAny(any=wanted)),
+            ],
+        )
+        with self._boundary("reading insights"):
+            records, _ = self.client.scroll(
+                keys.INSIGHT_COLLECTION,
+                scroll_filter=flt,
+                limit=2 * len(wanted) + 16,
+                with_payload=["id", "text", "version", "inherits"],
+                with_vectors=False,
+            )
+        return [serving_from_payload(r.payload or {}) for r in records]
+
+    def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
+        hits = self._nearest(
+            keys.INSIGHT_COLLECTION,
+            vector,
+            [self._match("namespace", namespace), self._match("state", "active")],
+            k,
+            ["id"],
+        )
+        return [(node_id_of(h), float(h.score)) for h in hits]
+
+    def versions(
+        self, kind: Literal["insight", "query"], namespace: str, ids: Collection[str]
+    ) -> dict[str, int]:
+        if not ids:
+            return {}
+        if kind == "query":
+            collection, pids = keys.QUERY_COLLECTION, [query_point_id(namespace, q) for q in ids]
+        else:
+            collection, pids = keys.INSIGHT_COLLECTION, [point_id(i) for i in ids]
+        with self._boundary("reading versions"):
+            records = self.client.retrieve(
+                collection, pids, with_payload=["id", "namespace", "version"], with_vectors=False
+            )
+        payloads = [r.payload or {} for r in records]
+        return {p["id"]: int(p["version"]) for p in payloads if p.get("namespace") == namespace}
+
+    def count(self, kind: Literal["insight", "query"]) -> int:
+        name = keys.INSIGHT_COLLECTION if kind == "insight" else keys.QUERY_COLLECTION
+        with self._boundary("counting"):
+            return int(self.client.count(name, exact=True).count)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+__all__ = ["ClientIndex"]

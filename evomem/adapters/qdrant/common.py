@@ -1,0 +1,88 @@
+"""What every Qdrant backend shares: point ids, payload layout and the way back to read-model records.
+
+Query points carry the evidence (the insights each query supports and harms); insight points carry
+what retrieval filters on and serves (namespace, state, text, the insights they inherit Ω⁺ from).
+An edit therefore rewrites one small query payload, never an insight's whole evidence array.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from evomem.core.ports import InsightPoint, QueryHit, QueryPoint
+from evomem.core.retrieval import ServingInsight
+
+VECTOR_NAME = "text"
+_POINT_NS = uuid.UUID("0b6f3f0e-5a0c-4c39-8f43-5d2b2f1f7a6e")
+
+#: Payload fields with an index, per collection: (field, kind). Namespace is the tenant field.
+QUERY_INDEXES = (("namespace", "tenant"), ("version", "integer"))
+INSIGHT_INDEXES = (
+    ("namespace", "tenant"),
+    ("state", "keyword"),
+    ("inherits", "keyword"),
+    ("version", "integer"),
+)
+
+
+def point_id(node_id: str) -> str:
+    """Qdrant wants a UUID or an integer; node ids that are not UUIDs map to a uuid5 of themselves."""
+    try:
+        return str(uuid.UUID(node_id))
+    except ValueError:
+        return str(uuid.uuid5(_POINT_NS, node_id))
+
+
+def query_point_id(namespace: str, query_id: str) -> str:
+    """Query ids are scoped to their namespace, so the point id is made of both."""
+    return str(uuid.uuid5(_POINT_NS, f"query\x00{namespace}\x00{query_id}"))
+
+
+def node_id_of(point: Any) -> str:
+    payload = point.payload or {}
+    return str(payload.get("id") or point.id)
+
+
+def query_payload(q: QueryPoint) -> dict[str, Any]:
+    return {
+        "id": q.id,
+        "namespace": q.namespace,
+        "status": q.status,
+        "version": q.version,
+        "supports": list(q.supports),
+        "harms": list(q.harms),
+    }
+
+
+def insight_payload(n: InsightPoint) -> dict[str, Any]:
+    return {
+        "id": n.id,
+        "namespace": n.namespace,
+        "state": n.state,
+        "text": n.text,
+        "version": n.version,
+        "inherits": list(n.inherits),
+    }
+
+
+def hit_from_payload(p: dict[str, Any], score: float = 0.0) -> QueryHit:
+    return QueryHit(p["id"], score, tuple(p.get("supports") or ()), tuple(p.get("harms") or ()))
+
+
+def serving_from_payload(p: dict[str, Any]) -> ServingInsight:
+    return ServingInsight(p["id"], p["text"], int(p.get("version", 0)), tuple(p.get("inherits") or ()))
+
+
+def latest(points: Any) -> list[Any]:
+    """The newest of each node among (point, vector) pairs, by (namespace, id)."""
+    out: dict[tuple[str, str], Any] = {}
+    for pair in points:
+        p = pair[0]
+        key = (p.namespace, p.id)
+        held = out.get(key)
+        if held is None or held[0].version < p.version:
+            out[key] = pair if pair[1] is not None or held is None else (p, held[1])
+        elif held[1] is None and pair[1] is not None:
+            out[key] = (held[0], pair[1])
+    return list(out.values())

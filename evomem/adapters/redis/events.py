@@ -1,0 +1,271 @@
+"""The task-event stream in Redis: publish, read in batches through a consumer group, ack, dead-letter.
+
+On the stream an event is one entry with one field, ``event``, whose value is the JSON document of
+the task event's JSON Schema; any language can publish with a plain XADD.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from evomem import keys
+from evomem.adapters.redis.connection import Client, mapped
+from evomem.core.editing import event_digest
+from evomem.core.ports import Entry
+from evomem.errors import InvalidEventError, StoreError, TransientError
+from schemas import TaskEvent
+
+# Checks, in one round trip with the XADD, that every insight the event names exists in its
+# namespace and that its event id was not applied or decided before for other content (ARGV[5], the
+# event's digest); returns the first offending id ("bad:") or "reused:", or the new entry id
+# prefixed by "ok:". ARGV: namespace prefix, maxlen (unused), document, event id, digest, insight ids.
+_PUBLISH = """
+local N = ARGV[1]
+local doc = ARGV[3]
+for _, kind in ipairs({'applied', 'decision'}) do
+  local seen = redis.call('GET', N .. ':' .. kind .. ':' .. ARGV[4])
+  if seen then
+    local ok, d = pcall(cjson.decode, seen)
+    if ok and type(d) == 'table' and d.digest and d.digest ~= cjson.null and d.digest ~= ARGV[5] then
+      return 'reused:'
+    end
+  end
+end
+for i = 6, #ARGV do
+  if redis.call('EXISTS', N .. ':ins:' .. ARGV[i]) == 0 then return 'bad:' .. ARGV[i] end
+end
+return 'ok:' .. redis.call('XADD', KEYS[1], '*', 'event', doc)
+"""
+
+
+def _s(v: Any) -> str:
+    """Text of a Redis reply; bytes that are not UTF-8 (a foreign XADD) are shown escaped, never fatal."""
+    return v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v)
+
+
+def _entry(entry_id: Any, fields: Any) -> Entry:
+    raw = fields.get(b"event") if fields else None
+    missing = tuple(_s(k) for k in fields) if fields and raw is None else None
+    return Entry(_s(entry_id), raw, 1, missing)
+
+
+class EventStream:
+    def __init__(
+        self,
+        client: Client,
+        maxlen: int = 1_000_000,
+        stream: str = keys.EVENTS_STREAM,
+        group: str = keys.CONSUMER_GROUP,
+    ) -> None:
+        self.r = mapped(client)
+        self.maxlen = maxlen
+        self.stream = stream
+        self.group = group
+        self._publish = self.r.register_script(_PUBLISH)
+        self._group_ready = False
+
+    def publish(self, event: TaskEvent) -> str:
+        """Validate the ids the event names and append it, in one round trip; return the entry id."""
+        doc = event.model_dump_json()
+        named = event.named_insight_ids()
+        event_id = str(event.event_id)
+        try:
+            res = _s(
+                self._publish(
+                    keys=[self.stream],
+                    args=[
+                        keys.ns_prefix(event.namespace),
+                        self.maxlen,
+                        doc,
+                        event_id,
+                        event_digest(event),
+                        *named,
+                    ],
+                )
+            )
+        except TransientError as exc:
+            raise TransientError("redis unreachable; the event was not published") from exc
+        if res.startswith("reused:"):
+            raise InvalidEventError(
+                "event_id",
+                f"event {event_id} was reported before with other content; a retry must repeat the event",
+            )
+        if res.startswith("bad:"):
+            bad = res[4:]
+            field = (
+                f"insight_feedback[{bad}]"
+                if bad in event.insight_feedback
+                else f"retrieved_insight_ids[{event.retrieved_insight_ids.index(bad)}]"
+            )
+            raise InvalidEventError(field, f"no insight {bad!r} in namespace {event.namespace!r}")
+        return res[3:]
+
+    def publish_raw(self, document: str | bytes) -> str:
+        """Append a document as it is, unvalidated (what a foreign publisher's XADD does)."""
+        return _s(self.r.xadd(self.stream, {"event": document}))
+
+    def ensure_group(self) -> None:
+        if self._group_ready:
+            return
+        try:
+            self.r.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except StoreError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    def read(
+        self, consumer: str, count: int, block_ms: int | None = None, pending_first: bool = True
+    ) -> list[Entry]:
+        """A batch for ``consumer``: its own unacknowledged entries first, then new ones."""
+        self.ensure_group()
+        entries: list[Entry] = []
+        try:
+            if pending_first:
+                entries = self._parse(
+                    self.r.xreadgroup(self.group, consumer, {self.stream: "0"}, count=count)
+                )
+                if entries:
+                    return self._with_deliveries(entries)
+            # BLOCK 0 would wait forever: no wait at all is "no BLOCK"
+            return self._parse(
+                self.r.xreadgroup(
+                    self.group, consumer, {self.stream: ">"}, count=count, block=block_ms or None
+                )
+            )
+        except TransientError as exc:
+            raise TransientError("redis unreachable while reading events") from exc
+
+    def _parse(self, reply: Any) -> list[Entry]:
+        return [_entry(entry_id, fields) for _stream, items in reply or [] for entry_id, fields in items]
+
+    def _with_deliveries(self, entries: list[Entry]) -> list[Entry]:
+        pending = self.r.xpending_range(
+            self.stream, self.group, min=entries[0].id, max=entries[-1].id, count=len(entries) * 2
+        )
+        counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
+        return [Entry(e.id, e.raw, counts.get(e.id, 1), e.fields) for e in entries]
+
+    def claim_stale(self, consumer: str, min_idle_ms: int, count: int) -> list[Entry]:
+        """Take over entries that another consumer was given and has not acked for ``min_idle_ms``
+        (it died, or hangs): the janitor's XAUTOCLAIM. Entries trimmed meanwhile come back with
+        ``raw=None``."""
+        self.ensure_group()
+        try:
+            reply = self.r.xautoclaim(self.stream, self.group, consumer, min_idle_ms, "0-0", count=count)
+        except TransientError as exc:
+            raise TransientError("redis unreachable while claiming events") from exc
+        claimed = [_entry(i, f) for i, f in reply[1]]
+        gone = [Entry(_s(i), None) for i in (reply[2] if len(reply) > 2 else [])]
+        return self._with_deliveries(claimed) + gone if claimed else gone
+
+    def has_backlog(self) -> bool:
+        """Whether any entry waits: never delivered to the group, or delivered and not acked."""
+        self.ensure_group()
+        group = self._group_info()
+        if int(group.get("pending", 0)):
+            return True
+        last = _s(group.get("last-delivered-id", "0-0"))
+        return bool(self.r.xrange(self.stream, min=f"({last}", max="+", count=1))
+
+    def _group_info(self) -> dict[str, Any]:
+        groups = {_s(g["name"]): g for g in self.r.xinfo_groups(self.stream)}
+        return dict(groups.get(self.group, {}))
+
+    def trim(self) -> int:
+        """Once the stream is longer than its maxlen, drop the entries every consumer is done with:
+        those before the first one still pending or not yet read. An unacknowledged event is never
+        trimmed, so a stream whose consumers lag grows past maxlen; ``info()["lag"]`` shows it."""
+        self.ensure_group()
+        if int(self.r.xlen(self.stream)) <= self.maxlen:
+            return 0
+        last = _s(self._group_info().get("last-delivered-id", "0-0"))
+        bound = _next_id(last)
+        oldest_pending = self.r.xpending_range(self.stream, self.group, min="-", max="+", count=1)
+        if oldest_pending:
+            bound = min(bound, _s(oldest_pending[0]["message_id"]), key=_id_key)
+        return int(self.r.xtrim(self.stream, minid=bound, approximate=False))
+
+    def ack(self, ids: Sequence[str]) -> None:
+        if ids:
+            self.r.xack(self.stream, self.group, *ids)
+
+    def dead_letter(self, entry: Entry, reason: str, field: str | None = None) -> None:
+        """Move an entry to the dead-letter stream with its reason, and ack it, atomically."""
+        doc = {
+            "source_id": entry.id,
+            "reason": reason,
+            "field": field or "",
+            "deliveries": str(entry.deliveries),
+            "at": str(time.time()),
+            "event": entry.raw if entry.raw is not None else b"",
+        }
+        pipe = self.r.pipeline(transaction=True)
+        pipe.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
+        pipe.xack(self.stream, self.group, entry.id)
+        pipe.execute()
+
+    def dlq(self, count: int = 100) -> list[dict[str, str]]:
+        """The newest dead letters first: id, source_id, reason, field, deliveries, at, event."""
+        items = self.r.xrevrange(keys.DLQ_STREAM, count=count)
+        return [{"id": _s(i), **{_s(k): _s(v) for k, v in f.items()}} for i, f in items]
+
+    def dead_letter_entry(self, dlq_id: str) -> dict[str, str] | None:
+        """One dead letter, or None when no entry has this id (or it is not an id at all)."""
+        try:
+            items = self.r.xrange(keys.DLQ_STREAM, min=dlq_id, max=dlq_id, count=1)
+        except StoreError:  # not a stream id
+            return None
+        return {"id": _s(items[0][0]), **{_s(k): _s(v) for k, v in items[0][1].items()}} if items else None
+
+    def replay(self, dlq_ids: Sequence[str]) -> list[str]:
+        """Put dead letters back on the event stream (after a fix), removing them from the DLQ.
+        An event that was applied before cannot be applied twice: its marker makes it a no-op."""
+        new_ids = []
+        for dlq_id in dlq_ids:
+            try:
+                items = self.r.xrange(keys.DLQ_STREAM, min=dlq_id, max=dlq_id, count=1)
+            except StoreError:  # not a stream id
+                continue
+            document = items[0][1].get(b"event") if items else None
+            if not document:
+                continue
+            pipe = self.r.pipeline(transaction=True)
+            pipe.xadd(self.stream, {"event": document})  # the bytes as they were, not a decoded copy
+            pipe.xdel(keys.DLQ_STREAM, dlq_id)
+            new_id, _ = pipe.execute()
+            new_ids.append(_s(new_id))
+        return new_ids
+
+    def info(self, lag_cap: int = 100_000) -> dict[str, int]:
+        """Stream length; the group's pending (delivered, not acked) and lag (not yet delivered;
+        counted up to ``lag_cap`` where the server does not report it); dead letters; consumers."""
+        self.ensure_group()
+        length = int(self.r.xlen(self.stream))
+        g = self._group_info()
+        lag = g.get("lag")
+        if lag is None:  # Redis < 7 does not report it
+            last = _s(g.get("last-delivered-id", "0-0"))
+            lag = len(self.r.xrange(self.stream, min=f"({last}", max="+", count=lag_cap))
+        return {
+            "length": length,
+            "pending": int(g.get("pending", 0)),
+            "lag": int(lag),
+            "consumers": int(g.get("consumers", 0)),
+            "dead_letters": int(self.r.xlen(keys.DLQ_STREAM)),
+        }
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _next_id(entry_id: str) -> str:
+    ms, seq = _id_key(entry_id)
+    return f"{ms}-{seq + 1}"
+
+
+__all__ = ["EventStream"]

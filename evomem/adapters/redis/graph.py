@@ -1,0 +1,436 @@
+"""The system of record in Redis: insight and query nodes, evidence sets, edges and history.
+
+Plain redis-py, not redis-om: evidence must be added with SADD and an event's edits committed in
+one Lua script, atomically and idempotently, which an object mapper that saves whole hashes cannot do
+(the README's "Storage" section says more). Key layout: ``evomem/keys.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+import redis
+
+from evomem import keys
+from evomem.adapters.redis.changes import RedisChangeFeed
+from evomem.adapters.redis.connection import Client, mapped
+from evomem.core.editing import EditPlan
+from evomem.core.ports import (
+    ApplyResult,
+    Change,
+    EditOutcome,
+    EditRecord,
+    EventKey,
+    InsightHead,
+    InsightPoint,
+    QualitySignal,
+    QueryPoint,
+    RetrievalRecord,
+    StoredDecision,
+)
+from evomem.errors import ConfigError, InvalidEventError, StoreError, TransientError
+from schemas import ControllerDecision, InsightNode, QueryNode
+
+CHANGES_MAXLEN = 2_000_000
+HISTORY_MAXLEN = 10_000_000
+_CHAIN = 64  # lineage hops read at most, each way
+
+# Link a query to similar ones of its namespace, both ways, each side keeping its ``degree`` most
+# similar neighbours, and clear its "link" flag. ARGV: namespace prefix, query id, degree, then
+# (neighbour id, similarity) pairs.
+_LINK = """
+local N, q, degree = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local function k(kind, id) return N .. ':' .. kind .. ':' .. id end
+if redis.call('EXISTS', k('q', q)) == 0 then return 0 end
+local function link(a, b, w)
+  redis.call('ZADD', k('q.nbr', a), 'GT', w, b)
+  if degree > 0 then redis.call('ZREMRANGEBYRANK', k('q.nbr', a), 0, -(degree + 1)) end
+end
+for i = 4, #ARGV, 2 do
+  local other, w = ARGV[i], tonumber(ARGV[i + 1])
+  if other ~= q and redis.call('EXISTS', k('q', other)) == 1 then
+    link(q, other, w)
+    link(other, q, w)
+  end
+end
+redis.call('HDEL', k('q', q), 'link')
+return 1
+"""
+
+
+def _lua(name: str) -> str:
+    return resources.files("evomem.adapters.redis").joinpath("lua", name).read_text()
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisGraphStore:
+    """A ``GraphStore`` on one Redis (or Valkey) server."""
+
+    def __init__(self, client: Client, degree: int = 0) -> None:
+        self.r = mapped(client)
+        self.degree = degree
+        self._feed = RedisChangeFeed(self.r)
+        check_layout(client)
+        self._apply = self.r.register_script(_lua("apply.lua"))
+        self._link = self.r.register_script(_LINK)
+
+    # -- writes ------------------------------------------------------------------------------
+    def apply(self, plan: EditPlan) -> ApplyResult:
+        result = self.apply_many([plan])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def apply_many(self, plans: Collection[EditPlan]) -> list[ApplyResult | Exception]:
+        """Apply several plans in one round trip, each atomic on its own; a plan that fails gives
+        its exception in its place and the others are applied."""
+        if not plans:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for plan in plans:
+            self._apply(args=[plan.to_json(), keys.PREFIX, CHANGES_MAXLEN, HISTORY_MAXLEN], client=pipe)
+        try:
+            raw = pipe.execute(raise_on_error=False)
+        except TransientError as exc:
+            raise TransientError("redis unreachable while applying a batch") from exc
+        return [_error(r) if isinstance(r, Exception) else _result(json.loads(_s(r))) for r in raw]
+
+    def link_queries(self, namespace: str, query_id: str, similar: Mapping[str, float]) -> None:
+        pairs = [x for q, w in similar.items() for x in (q, repr(float(w)))]
+        self._link(args=[keys.ns_prefix(namespace), query_id, self.degree, *pairs])
+
+    def unlinked(self, namespace: str, query_ids: Collection[str]) -> set[str]:
+        ids = list(query_ids)
+        pipe = self.r.pipeline(transaction=False)
+        for q in ids:
+            pipe.hexists(keys.query(namespace, q), "link")
+        return {q for q, flag in zip(ids, pipe.execute(), strict=True) if flag}
+
+    def save_decisions(self, decisions: Mapping[EventKey, StoredDecision]) -> dict[EventKey, StoredDecision]:
+        """Store each decision unless one is stored for its event; return the stored ones."""
+        refs = list(decisions)
+        pipe = self.r.pipeline(transaction=False)
+        for ns, event_id in refs:
+            pipe.set(keys.decision(ns, event_id), _dump_decision(decisions[(ns, event_id)]), nx=True)
+        for ns, event_id in refs:
+            pipe.get(keys.decision(ns, event_id))
+        stored = pipe.execute()[len(refs) :]
+        return {ref: _load_decision(raw) for ref, raw in zip(refs, stored, strict=True)}
+
+    def load_decisions(self, events: Collection[EventKey]) -> dict[EventKey, StoredDecision]:
+        refs = list(dict.fromkeys(events))
+        if not refs:
+            return {}
+        raw = self.r.mget([keys.decision(ns, e) for ns, e in refs])
+        return {ref: _load_decision(r) for ref, r in zip(refs, raw, strict=True) if r}
+
+    def load_retrievals(self, retrievals: Collection[EventKey]) -> dict[EventKey, RetrievalRecord]:
+        refs = list(dict.fromkeys(retrievals))
+        if not refs:
+            return {}
+        raw = self.r.mget([keys.retrieval(ns, rid) for ns, rid in refs])
+        return {
+            (ns, rid): _retrieval(ns, rid, r) for (ns, rid), r in zip(refs, raw, strict=True) if r is not None
+        }
+
+    def save_retrieval(self, record: RetrievalRecord, ttl_s: int) -> None:
+        doc = {
+            "query": record.query,
+            "similar": list(record.similar),
+            "similar_scores": list(record.similar_scores),
+            "insight_ids": list(record.insight_ids),
+            "similarity": list(record.similarity),
+        }
+        self.r.set(keys.retrieval(record.namespace, record.id), json.dumps(doc), ex=ttl_s)
+
+    # -- reads for consolidation and retrieval ---------------------------------------------------
+    def heads(self, namespace: str, ids: Collection[str]) -> dict[str, InsightHead]:
+        ids = list(dict.fromkeys(ids))
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.hmget(keys.insight(namespace, i), "text", "state", "version", "jpos", "jneg")
+            pipe.scard(keys.insight_positive(namespace, i))
+            pipe.scard(keys.insight_negative(namespace, i))
+        raw = pipe.execute()
+        out: dict[str, InsightHead] = {}
+        for n, i in enumerate(ids):
+            (text, state, version, jpos, jneg), pos, neg = raw[3 * n], raw[3 * n + 1], raw[3 * n + 2]
+            if text is not None and state is not None:
+                out[i] = InsightHead(
+                    i,
+                    namespace,
+                    _s(text),
+                    _s(state),
+                    int(version or 0),
+                    pos,
+                    neg,
+                    int(jpos or 0),
+                    int(jneg or 0),
+                )
+        return out
+
+    def duplicate_candidates(self, namespace: str, bands: Collection[str]) -> set[str]:
+        if not bands:
+            return set()
+        return {_s(x) for x in self.r.sunion([keys.duplicate_band(namespace, b) for b in bands])}
+
+    def neighbours(self, namespace: str, query_ids: Collection[str]) -> dict[str, dict[str, float]]:
+        ids = list(query_ids)
+        pipe = self.r.pipeline(transaction=False)
+        for q in ids:
+            pipe.zrange(keys.query_neighbours(namespace, q), 0, -1, withscores=True)
+        try:
+            raw = pipe.execute()
+        except TransientError as exc:
+            raise TransientError("redis unreachable while expanding neighbours") from exc
+        return {q: {_s(m): float(w) for m, w in members} for q, members in zip(ids, raw, strict=True)}
+
+    def load_retrieval(self, namespace: str, retrieval_id: str) -> RetrievalRecord | None:
+        raw = self.r.get(keys.retrieval(namespace, retrieval_id))
+        return None if raw is None else _retrieval(namespace, retrieval_id, raw)
+
+    def is_applied(self, namespace: str, event_id: str) -> bool:
+        return bool(self.r.exists(keys.applied(namespace, event_id)))
+
+    def recent_quality(self, namespace: str) -> QualitySignal:
+        rows = [_s(x).split(":") for x in self.r.lrange(keys.recent_outcomes(namespace), 0, -1)]
+        return QualitySignal(
+            len(rows),
+            sum(int(r[0]) for r in rows),
+            sum(int(r[1]) for r in rows),
+            sum(int(r[2]) for r in rows),
+        )
+
+    # -- projection ------------------------------------------------------------------------------
+    def changes(self, after: str, count: int) -> list[Change]:
+        return self._feed.changes(after, count)
+
+    def query_points(self, refs: Collection[EventKey]) -> dict[EventKey, QueryPoint]:
+        refs = list(dict.fromkeys(refs))
+        pipe = self.r.pipeline(transaction=False)
+        for ns, q in refs:
+            pipe.hmget(keys.query(ns, q), "text", "status", "version")
+            pipe.smembers(keys.query_supports(ns, q))
+            pipe.smembers(keys.query_harms(ns, q))
+        raw = pipe.execute()
+        out: dict[EventKey, QueryPoint] = {}
+        for n, (ns, q) in enumerate(refs):
+            (text, status, version), pos, neg = raw[3 * n], raw[3 * n + 1], raw[3 * n + 2]
+            if text is None:
+                continue
+            out[(ns, q)] = QueryPoint(
+                q,
+                ns,
+                _s(text),
+                _s(status),
+                int(version or 1),
+                tuple(sorted(_s(x) for x in pos)),
+                tuple(sorted(_s(x) for x in neg)),
+            )
+        return out
+
+    def insight_points(self, refs: Collection[EventKey]) -> dict[EventKey, InsightPoint]:
+        refs = list(dict.fromkeys(refs))
+        pipe = self.r.pipeline(transaction=False)
+        for ns, i in refs:
+            pipe.hmget(keys.insight(ns, i), "text", "state", "version")
+            pipe.smembers(keys.insight_inherits(ns, i))
+        raw = pipe.execute()
+        out: dict[EventKey, InsightPoint] = {}
+        for n, (ns, i) in enumerate(refs):
+            (text, state, version), inherits = raw[2 * n], raw[2 * n + 1]
+            if text is None or state is None:
+                continue
+            out[(ns, i)] = InsightPoint(
+                i, ns, _s(text), _s(state), int(version or 1), tuple(sorted(_s(x) for x in inherits))
+            )
+        return out
+
+    # -- inspection --------------------------------------------------------------------------------
+    def namespace_of(self, ids: Collection[str]) -> dict[str, str]:
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        raw = self.r.hmget(keys.INSIGHT_DIRECTORY, ids)
+        return {i: _s(ns) for i, ns in zip(ids, raw, strict=True) if ns is not None}
+
+    def insights(self, ids: Collection[str]) -> dict[str, InsightNode]:
+        where = self.namespace_of(ids)
+        refs = list(where.items())
+        pipe = self.r.pipeline(transaction=False)
+        for i, ns in refs:
+            pipe.hgetall(keys.insight(ns, i))
+            pipe.smembers(keys.insight_positive(ns, i))
+            pipe.smembers(keys.insight_negative(ns, i))
+        raw = pipe.execute()
+        out: dict[str, InsightNode] = {}
+        for n, (i, ns) in enumerate(refs):
+            h, pos, neg = raw[3 * n], raw[3 * n + 1], raw[3 * n + 2]
+            if not h:
+                continue
+            d = {_s(k): _s(v) for k, v in h.items()}
+            out[i] = InsightNode(
+                id=i,
+                namespace=ns,
+                text=d["text"],
+                state=d["state"],
+                positive=frozenset(_s(x) for x in pos),
+                negative=frozenset(_s(x) for x in neg),
+                version=int(d["version"]),
+                revised_from=d.get("revised_from"),
+                revised_to=d.get("revised_to"),
+                created_by_event=d["created_by_event"],
+                created_at=datetime.fromisoformat(d["created_at"]),
+                updated_at=datetime.fromisoformat(d["updated_at"]),
+            )
+        return out
+
+    def queries(self, namespace: str, ids: Collection[str]) -> dict[str, QueryNode]:
+        ids = list(dict.fromkeys(ids))
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.hgetall(keys.query(namespace, i))
+        out: dict[str, QueryNode] = {}
+        for i, h in zip(ids, pipe.execute(), strict=True):
+            if not h:
+                continue
+            d = {_s(k): _s(v) for k, v in h.items()}
+            out[i] = QueryNode(
+                id=i,
+                namespace=namespace,
+                text=d["text"],
+                status=d["status"],
+                trajectory=json.loads(d["trajectory"]),
+                event_id=d["event_id"],
+                created_at=datetime.fromisoformat(d["created_at"]),
+            )
+        return out
+
+    def states(self, ids: Collection[str]) -> dict[str, str]:
+        """active | archived per insight id, without reading evidence (cheap for stats)."""
+        refs = list(self.namespace_of(ids).items())
+        pipe = self.r.pipeline(transaction=False)
+        for i, ns in refs:
+            pipe.hget(keys.insight(ns, i), "state")
+        return {i: _s(st) for (i, _), st in zip(refs, pipe.execute(), strict=True) if st is not None}
+
+    def history(self, insight_id: str) -> list[EditRecord]:
+        ns = self.namespace_of([insight_id]).get(insight_id)
+        if ns is None:
+            return []
+        return [
+            EditRecord(**json.loads(_s(x)))
+            for x in self.r.lrange(keys.insight_history(ns, insight_id), 0, -1)
+        ]
+
+    def lineage(self, insight_id: str) -> list[str]:
+        ns = self.namespace_of([insight_id]).get(insight_id)
+        if ns is None or not self.r.exists(keys.insight(ns, insight_id)):
+            return []
+
+        def hop(i: str, field: str) -> str | None:
+            v = self.r.hget(keys.insight(ns, i), field)
+            return _s(v) if v is not None else None
+
+        chain = [insight_id]
+        back = hop(insight_id, "revised_from")
+        while back and len(chain) < _CHAIN // 2:
+            chain.insert(0, back)
+            back = hop(back, "revised_from")
+        fwd = hop(insight_id, "revised_to")
+        while fwd and len(chain) < _CHAIN:
+            chain.append(fwd)
+            fwd = hop(fwd, "revised_to")
+        return chain
+
+    def edges_into(self, insight_id: str) -> list[tuple[str, str]]:
+        ns = self.namespace_of([insight_id]).get(insight_id)
+        if ns is None:
+            return []
+        members = (_s(m).split("|", 1) for m in self.r.smembers(keys.insight_edges(ns, insight_id)))
+        return sorted((a, q) for a, q in members)
+
+    def namespaces(self) -> set[str]:
+        return {_s(x) for x in self.r.smembers(keys.NAMESPACES)}
+
+    def insight_ids(self, namespace: str) -> set[str]:
+        return {_s(x) for x in self.r.smembers(keys.namespace_insights(namespace))}
+
+    def query_ids(self, namespace: str) -> set[str]:
+        return {_s(x) for x in self.r.smembers(keys.namespace_queries(namespace))}
+
+    def close(self) -> None:
+        self.r.close()
+
+
+def check_layout(client: Client) -> None:
+    """Refuse a Redis that holds evomem data in another key layout; mark an empty one as ours."""
+    found = client.get(keys.LAYOUT_KEY)
+    if found is not None:
+        if int(found) != keys.LAYOUT:
+            raise ConfigError(
+                f"this Redis holds evomem data in key layout {int(found)}; this evomem reads layout "
+                f"{keys.LAYOUT}. Export it with the evomem that wrote it and import it here."
+            )
+        return
+    if client.exists(keys.NAMESPACES) or client.exists("em:changes"):
+        raise ConfigError(
+            "this Redis holds evomem data in key layout 1 (evomem 0.1); this evomem reads layout "
+            f"{keys.LAYOUT}. Export it with evomem 0.1 (`evomem export`) and import it here "
+            "(`evomem import`) into an empty Redis."
+        )
+    client.set(keys.LAYOUT_KEY, keys.LAYOUT, nx=True)
+
+
+def _dump_decision(stored: StoredDecision) -> str:
+    return json.dumps({"digest": stored.digest, "decision": stored.decision.model_dump(mode="json")})
+
+
+def _load_decision(raw: bytes | str) -> StoredDecision:
+    doc = json.loads(raw)
+    return StoredDecision(ControllerDecision.model_validate(doc["decision"]), doc.get("digest"))
+
+
+def _retrieval(namespace: str, retrieval_id: str, raw: bytes | str) -> RetrievalRecord:
+    d = json.loads(raw)
+    return RetrievalRecord(
+        retrieval_id,
+        namespace,
+        d["query"],
+        tuple(d["similar"]),
+        tuple(d["insight_ids"]),
+        tuple(d.get("similar_scores") or ()),
+        tuple(d.get("similarity") or ()),
+    )
+
+
+def _error(exc: Exception) -> Exception:
+    """A script's error reply (returned in its place by the pipeline) as the evomem error it means."""
+    if isinstance(exc, redis.ResponseError):
+        for field in ("event_id", "query_id"):
+            marker = f"{field}: "
+            if str(exc).startswith(marker) or f" {marker}" in str(exc):
+                return InvalidEventError(field, str(exc).split(marker, 1)[1])
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return TransientError(f"redis unreachable while applying: {exc}")
+    if isinstance(exc, redis.RedisError):
+        return StoreError(f"redis refused an edit: {exc}")
+    return exc
+
+
+def _result(d: dict[str, Any]) -> ApplyResult:
+    outcomes = tuple(
+        EditOutcome(o["op"], o.get("insight_id"), o["outcome"], o.get("new_id"), o.get("forwarded_to"))
+        for o in d.get("outcomes") or []
+    )
+    return ApplyResult(d["event_id"], bool(d.get("replayed")), outcomes, tuple(d.get("created") or []))
+
+
+__all__ = ["RedisGraphStore", "check_layout"]

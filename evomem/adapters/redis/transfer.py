@@ -1,0 +1,200 @@
+"""``evomem export`` / ``evomem import``: a memory as JSON lines, for backups, audits and moves.
+
+One record per line: ``{"kind": "query", ...}`` for each query node with its neighbours, and
+``{"kind": "insight", ...}`` for each insight with its evidence, lineage links, hyperedges and edit
+history. Import writes the nodes under their own ids and versions and announces each on the change
+feed, so any projector rebuilds its index from them; importing the same file twice changes nothing
+the second time (a node is only written if absent or older).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from evomem import keys
+from evomem.adapters.redis.connection import Client, mapped
+from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.core.ports import EXPORT_FORMAT as FORMAT
+from evomem.errors import InvalidEventError, StoreError
+from schemas import InsightNode, QueryNode
+
+# Write one insight unless the store holds it at the same or a newer version. The evidence goes on
+# both sides (the query's supports/harms too); returns the queries whose evidence grew. The caller
+# announces the written nodes at the end, once the revision links are all in (``inherits``).
+# ARGV: prefix, namespace prefix, id, doc.
+_PUT_INSIGHT = """
+local P, N, id, doc = ARGV[1], ARGV[2], ARGV[3], cjson.decode(ARGV[4])
+local function k(kind, x) return N .. ':' .. kind .. ':' .. x end
+local owner = redis.call('HGET', P .. ':ids', id)
+if owner and owner ~= doc.namespace then
+  return redis.error_reply('namespace: insight ' .. id .. ' exists elsewhere')
+end
+local key = k('ins', id)
+local have = redis.call('HGET', key, 'version')
+if have and tonumber(have) >= doc.version then return {} end
+redis.call('HSET', key, 'text', doc.text, 'state', doc.state, 'version', doc.version,
+  'created_by_event', doc.created_by_event, 'created_at', doc.created_at, 'updated_at', doc.updated_at,
+  'jpos', doc.jpos, 'jneg', doc.jneg)
+if doc.revised_from ~= cjson.null then redis.call('HSET', key, 'revised_from', doc.revised_from) end
+if doc.revised_to ~= cjson.null then redis.call('HSET', key, 'revised_to', doc.revised_to) end
+local grew = {}
+for _, q in ipairs(doc.positive) do
+  redis.call('SADD', k('ins.pos', id), q)
+  if redis.call('SADD', k('q.pos', q), id) == 1 then table.insert(grew, q) end
+end
+for _, q in ipairs(doc.negative) do
+  redis.call('SADD', k('ins.neg', id), q)
+  if redis.call('SADD', k('q.neg', q), id) == 1 then table.insert(grew, q) end
+end
+for _, e in ipairs(doc.edges) do redis.call('SADD', k('ins.edges', id), e[1] .. '|' .. e[2]) end
+if redis.call('EXISTS', k('ins.hist', id)) == 0 then
+  for _, h in ipairs(doc.history) do redis.call('RPUSH', k('ins.hist', id), cjson.encode(h)) end
+end
+redis.call('SADD', P .. ':namespaces', doc.namespace)
+redis.call('SADD', N .. ':insights', id)
+redis.call('HSET', P .. ':ids', id, doc.namespace)
+if doc.state == 'active' then
+  redis.call('HSET', N .. ':texts', doc.text_key, id)
+  for _, band in ipairs(doc.bands) do redis.call('SADD', k('dup', band), id) end
+end
+table.insert(grew, 1, '')
+return grew
+"""
+
+# Write one query and its weighted edges (a query's content never changes); 1 if it was new.
+_PUT_QUERY = """
+local P, N, id, doc = ARGV[1], ARGV[2], ARGV[3], cjson.decode(ARGV[4])
+local key = N .. ':q:' .. id
+for _, n in ipairs(doc.neighbours) do redis.call('ZADD', N .. ':q.nbr:' .. id, 'GT', n[2], n[1]) end
+if redis.call('EXISTS', key) == 1 then return 0 end
+redis.call('HSET', key, 'text', doc.text, 'status', doc.status,
+  'trajectory', doc.trajectory_json, 'event_id', doc.event_id, 'created_at', doc.created_at)
+redis.call('SADD', P .. ':namespaces', doc.namespace)
+redis.call('SADD', N .. ':queries', id)
+return 1
+"""
+
+# Announce a query whose node or evidence changed, so projectors rewrite its point.
+_ANNOUNCE_QUERY = """
+local P, N, ns, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local v = redis.call('HINCRBY', N .. ':q:' .. id, 'version', 1)
+redis.call('XADD', P .. ':changes', '*', 'kind', 'query', 'ns', ns, 'id', id, 'version', v)
+return v
+"""
+
+
+def import_jsonl(client: Client, lines: Iterable[str]) -> dict[str, int]:
+    """Write the records of an export; returns how many nodes were written and skipped."""
+    RedisGraphStore(client)  # refuses a Redis in another layout, marks an empty one
+    client = mapped(client)
+    put_insight = client.register_script(_PUT_INSIGHT)
+    put_query = client.register_script(_PUT_QUERY)
+    announce = client.register_script(_ANNOUNCE_QUERY)
+    counts = {"queries": 0, "insights": 0, "skipped": 0}
+    changed: dict[tuple[str, str], None] = {}  # queries to announce, in order
+    written: list[tuple[str, str]] = []  # insights written, announced at the end
+    versions: dict[tuple[str, str], int] = {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            kind = record.pop("kind")
+        except (ValueError, KeyError, AttributeError):
+            raise InvalidEventError(f"line {n}", "not an export record") from None
+        if kind == "header":
+            if record.get("format") not in (1, FORMAT):
+                raise InvalidEventError(f"line {n}", f"export format {record.get('format')} is not {FORMAT}")
+            continue
+        try:
+            counts_key, touched = _put(kind, record, put_query, put_insight, versions)
+        except StoreError as exc:  # a script's error reply: this record cannot go in
+            raise InvalidEventError(f"line {n}", str(exc.__cause__ or exc)) from None
+        counts[counts_key] += 1
+        if kind == "query":
+            changed.update(dict.fromkeys(touched))
+        elif counts_key == "insights":
+            changed.update(dict.fromkeys(touched[1:]))
+            written.append(touched[0])
+    for ns in sorted({ns for ns, _ in written}):
+        _rebuild_inherits(client, ns)
+    pipe = client.pipeline(transaction=False)
+    for ns, i in written:
+        pipe.xadd(keys.CHANGES_STREAM, {"kind": "insight", "ns": ns, "id": i, "version": versions[(ns, i)]})
+    pipe.execute()
+    for ns, q in changed:
+        announce(args=[keys.PREFIX, keys.ns_prefix(ns), ns, q])
+    return counts
+
+
+def _rebuild_inherits(client: Client, namespace: str) -> None:
+    """What each insight inherits Ω⁺ from follows from the revision links: every node on the chain
+    after a revised or absorbed node inherits it."""
+    graph = RedisGraphStore(client)
+    ids = sorted(graph.insight_ids(namespace))
+    pipe = client.pipeline(transaction=False)
+    for i in ids:
+        pipe.hget(keys.insight(namespace, i), "revised_to")
+    successor = {i: _str(t) for i, t in zip(ids, pipe.execute(), strict=True) if t is not None}
+    grows: dict[str, set[str]] = {}
+    for start in successor:
+        current, hops = start, 0
+        while current in successor and hops < 64:
+            current, hops = successor[current], hops + 1
+            grows.setdefault(current, set()).add(start)
+    pipe = client.pipeline(transaction=False)
+    for target, sources in grows.items():
+        pipe.sadd(keys.insight_inherits(namespace, target), *sorted(sources))
+    pipe.execute()
+
+
+def _put(
+    kind: str, record: dict[str, Any], put_query: Any, put_insight: Any, versions: dict[tuple[str, str], int]
+) -> tuple[str, list[tuple[str, str]]]:
+    from evomem.core import duplicates
+    from evomem.core.editing import text_key
+
+    if kind == "query":
+        neighbours = [n if isinstance(n, list) else [n, 1.0] for n in record.pop("neighbours", [])]
+        query = QueryNode.model_validate(record)
+        doc = {
+            **query.model_dump(mode="json"),
+            "neighbours": neighbours,
+            "trajectory_json": json.dumps(query.trajectory),
+        }  # cjson would turn [] into {}
+        args = [keys.PREFIX, keys.ns_prefix(query.namespace), query.id, json.dumps(doc)]
+        if put_query(args=args):
+            return "queries", [(query.namespace, query.id)]
+        return "skipped", []
+    if kind == "insight":
+        edges, history = record.pop("edges", []), record.pop("history", [])
+        # judged evidence counts (format 2); an older export counts all its evidence as judged
+        judged = record.pop("judged", None)
+        node = InsightNode.model_validate(record)
+        jpos, jneg = judged if judged else (len(node.positive), len(node.negative))
+        doc = {
+            **node.model_dump(mode="json"),
+            "positive": sorted(node.positive),
+            "negative": sorted(node.negative),
+            "edges": edges,
+            "history": history,
+            "text_key": text_key(node.text),
+            "bands": duplicates.bands(node.text),
+            "jpos": int(jpos),
+            "jneg": int(jneg),
+        }
+        grew = put_insight(args=[keys.PREFIX, keys.ns_prefix(node.namespace), node.id, json.dumps(doc)])
+        if not grew:
+            return "skipped", []
+        versions[(node.namespace, node.id)] = node.version
+        return "insights", [(node.namespace, node.id), *((node.namespace, _str(q)) for q in grew[1:])]
+    raise InvalidEventError("kind", f"unknown record kind {kind!r}")
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+__all__ = ["import_jsonl"]

@@ -1,0 +1,72 @@
+"""Near-duplicate insights: finding an active insight that a new text nearly repeats, namespace-wide.
+
+A proposed (or revised) text that nearly repeats an active insight of its namespace must join that
+insight rather than become its twin, whichever controller decided and whichever process consolidates
+(a Celery worker holds no vector index). So the search runs against the system of record: each
+insight's text is registered under a few locality-sensitive buckets (MinHash of its word 1-2-grams,
+``BANDS`` bands of ``ROWS`` rows), a new text looks up the insights sharing one of its buckets, and
+those candidates are confirmed with the hashing embedder's cosine against a threshold
+(``EVOMEM_DUPLICATE_THRESHOLD``). The cost is a handful of set reads per new text, whatever the size
+of the memory. Texts sharing a bucket with probability 1 − (1 − J³)¹⁶ for a word Jaccard J: 0.99
+at J = 0.7, 0.88 at J = 0.5, under 0.3% at J = 0.05.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from evomem.core.hashing import HashingEmbedder, SparseVec, word_features
+
+BANDS = 16
+ROWS = 3
+_PRIME = (1 << 31) - 1
+_rng = np.random.default_rng(0x5EED_D0B1)
+_A = _rng.integers(1, _PRIME, size=BANDS * ROWS, dtype=np.int64)
+_B = _rng.integers(0, _PRIME, size=BANDS * ROWS, dtype=np.int64)
+_embedder = HashingEmbedder()
+
+
+def bands(text: str) -> list[str]:
+    """The near-duplicate buckets of a text ("band:digest"); none for a text without words."""
+    features = word_features(text)
+    if not features:
+        return []
+    x = np.fromiter(features, dtype=np.int64) % _PRIME
+    signature = ((_A[:, None] * x[None, :] + _B[:, None]) % _PRIME).min(axis=1)
+    rows = signature.reshape(BANDS, ROWS)
+    return [f"{b}:{zlib.crc32(rows[b].tobytes()):08x}" for b in range(BANDS)]
+
+
+def similarity(a: SparseVec, b: SparseVec) -> float:
+    """Cosine of two hashing-embedder vectors (they are normalised)."""
+    small, large = (a, b) if len(a) <= len(b) else (b, a)
+    return sum(v * large.get(k, 0.0) for k, v in small.items())
+
+
+def vector(text: str) -> SparseVec:
+    return _embedder.embed_one(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """An insight a new text may repeat: its id and its text's vector."""
+
+    id: str
+    vector: SparseVec
+
+
+def nearest(text_vector: SparseVec, known: Sequence[Known], threshold: float) -> str | None:
+    """The id of the known insight most similar to the text, if at least ``threshold`` similar."""
+    best, best_id = -1.0, ""
+    for k in known:
+        sim = similarity(text_vector, k.vector)
+        if sim >= threshold and (sim > best or (sim == best and k.id < best_id)):
+            best, best_id = sim, k.id
+    return best_id or None
+
+
+__all__ = ["BANDS", "ROWS", "Known", "bands", "nearest", "similarity", "vector"]

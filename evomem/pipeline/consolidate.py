@@ -1,0 +1,386 @@
+"""Consolidation: from a batch of task events to committed graph edits (paper §3.4).
+
+For each batch: parse and validate every event (a malformed one goes to the dead-letter stream with
+the field that is wrong), resolve what was retrieved for it, take the stored decision or ask the
+controller (explicit verdicts first), store the decision before applying it, apply each event's plan
+atomically, and ack only what is committed. A redelivered event finds its stored decision and its
+applied marker, so it changes nothing twice and costs no second controller call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from evomem.core import decisions, duplicates
+from evomem.core.decisions import Controller, DecisionFailure, DecisionInput
+from evomem.core.editing import (
+    EditPlan,
+    added_insight_id,
+    event_digest,
+    plan_edits,
+    revised_insight_id,
+    text_key,
+)
+from evomem.core.ports import ApplyResult, EditStore, Entry, EventKey, EventLog, StoredDecision
+from evomem.errors import InvalidEventError, TransientError, reason_of
+from evomem.logs import get_logger
+from evomem.ops import tracing
+from evomem.settings import Settings
+from schemas import ControllerDecision, TaskEvent
+from schemas.models import utcnow
+
+log = get_logger("evomem.consolidation")
+
+
+@dataclass
+class ConsolidationReport:
+    events: int = 0
+    applied: int = 0
+    replayed: int = 0
+    dead_lettered: int = 0
+    deferred: int = 0
+    operations: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    decisions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (operation, outcome)
+    #: Where the batch's time went (ns): prepare (parse, retrieval records), decide (stored decisions
+    #: and the controller), twins (near-duplicate search), plan, apply (the edit scripts), ack.
+    stages_ns: Counter[str] = field(default_factory=Counter)
+
+    def merge(self, other: ConsolidationReport) -> None:
+        self.events += other.events
+        self.applied += other.applied
+        self.replayed += other.replayed
+        self.dead_lettered += other.dead_lettered
+        self.deferred += other.deferred
+        self.operations.update(other.operations)
+        self.outcomes.update(other.outcomes)
+        self.decisions.update(other.decisions)
+        self.stages_ns.update(other.stages_ns)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "events": self.events,
+            "applied": self.applied,
+            "replayed": self.replayed,
+            "dead_lettered": self.dead_lettered,
+            "deferred": self.deferred,
+            "operations": dict(self.operations),
+            "outcomes": dict(self.outcomes),
+        }
+
+
+@dataclass
+class _Work:
+    entry: Entry
+    event: TaskEvent
+    retrieved: list[str]
+    similar: list[str] | None
+    similar_scores: list[float] | None = None
+    relevance: dict[str, float] = field(default_factory=dict)
+    decision: ControllerDecision | None = None
+    twins: dict[str, str] = field(default_factory=dict)  # text key -> near-duplicate insight
+    bands: dict[str, list[str]] = field(default_factory=dict)  # text key -> its buckets
+
+    @property
+    def key(self) -> EventKey:
+        return (self.event.namespace, str(self.event.event_id))
+
+
+class Consolidator:
+    def __init__(
+        self,
+        graph: EditStore,
+        stream: EventLog,
+        controller: Controller,
+        settings: Settings,
+        max_deliveries: int = 5,
+        resolve: Callable[[str], Settings] | None = None,
+    ) -> None:
+        self.graph = graph
+        self.stream = stream
+        self.controller = controller
+        self.settings = settings
+        self.max_deliveries = max_deliveries
+        # a namespace's effective settings: its own archive policy and ratio over the global ones
+        self.resolve = resolve or (lambda _namespace: settings)
+
+    def process(self, entries: Sequence[Entry]) -> ConsolidationReport:
+        """Consolidate one batch in a handful of round trips, whatever its size. If the batch as a
+        whole fails (not transiently), its events are retried one by one, so that one bad event
+        cannot hold the others back: only it stays pending, then goes to the dead letters."""
+        try:
+            return self._process(entries)
+        except TransientError:
+            raise
+        except Exception as exc:
+            if len(entries) == 1:
+                report = ConsolidationReport(events=1)
+                self._failed(entries[0], exc, report)
+                return report
+            log.warning("batch.failed_retrying_one_by_one", events=len(entries), error=str(exc))
+        total = ConsolidationReport()
+        for entry in entries:
+            total.merge(self.process([entry]))
+        return total
+
+    def _process(self, entries: Sequence[Entry]) -> ConsolidationReport:
+        started_ns = time.time_ns()
+        report = ConsolidationReport(events=len(entries))
+        clock = time.perf_counter_ns
+        stages = report.stages_ns
+        t0 = clock()
+        work = self._prepare([e for e in entries if self._deliverable(e, report)], report)
+        work = self._validate_ids(work, report)
+        t1 = clock()
+        work = self._decide(work, report)
+        t2 = clock()
+        self._find_twins(work)
+        t3 = clock()
+        plans = [
+            plan_edits(
+                w.event,
+                w.decision,
+                retrieved=w.retrieved,
+                similar=w.similar,
+                similar_scores=w.similar_scores,
+                degree=self.settings.query_degree,
+                twins=w.twins,
+                bands=w.bands,
+                allowed_operations=self.settings.allowed_operations,
+                archive_policy=s.archive_policy,
+                archive_ratio=s.archive_ratio,
+                archive_min=s.archive_min,
+                at=utcnow(),
+            )
+            for w, s in ((w, self.resolve(w.event.namespace)) for w in work)
+            if w.decision is not None
+        ]
+        t4 = clock()
+        results = self.graph.apply_many(plans)  # a TransientError leaves the whole batch pending
+        t5 = clock()
+        done = []
+        for w, plan, result in zip(work, plans, results, strict=True):
+            if isinstance(result, Exception):
+                self._failed(w.entry, result, report)
+                continue
+            done.append(w.entry.id)
+            self._count(plan, result, report)
+            log.debug(  # one event followed from its report: event id, namespace, retrieval, stream entry
+                "event.applied",
+                event_id=str(w.event.event_id),
+                namespace=w.event.namespace,
+                retrieval_id=w.event.retrieval_id,
+                entry_id=w.entry.id,
+                replayed=result.replayed,
+                outcomes=[o.outcome for o in result.outcomes],
+            )
+            tracing.consolidated(w.event, w.entry, result, started_ns)
+        self.stream.ack(done)
+        stages.update(
+            prepare=t1 - t0, decide=t2 - t1, twins=t3 - t2, plan=t4 - t3, apply=t5 - t4, ack=clock() - t5
+        )
+        return report
+
+    # -- steps ---------------------------------------------------------------------------------
+    def _deliverable(self, entry: Entry, report: ConsolidationReport) -> bool:
+        """The poison guard: an entry delivered more than ``max_deliveries`` times without an ack
+        has taken its workers down with it each time; it goes to the dead letters, unprocessed."""
+        if entry.deliveries <= self.max_deliveries:
+            return True
+        self._dead_letter(
+            entry,
+            f"event: delivered {entry.deliveries} times and never acknowledged "
+            "(its worker died or timed out each time)",
+            "event",
+            report,
+        )
+        return False
+
+    def _prepare(self, entries: Sequence[Entry], report: ConsolidationReport) -> list[_Work]:
+        parsed: list[tuple[Entry, TaskEvent]] = []
+        for entry in entries:
+            if entry.raw is None:
+                self._dead_letter(entry, entry.unreadable, "event", report)
+                continue
+            try:
+                parsed.append((entry, TaskEvent.model_validate_json(entry.raw)))
+            except Exception as exc:
+                reason, fld = reason_of(exc)
+                self._dead_letter(entry, reason, fld, report)
+        records = self.graph.load_retrievals(
+            [(e.namespace, e.retrieval_id) for _, e in parsed if e.retrieval_id]
+        )
+        work = []
+        for entry, event in parsed:
+            retrieved = list(event.retrieved_insight_ids)
+            w = _Work(entry, event, retrieved, None)
+            record = records.get((event.namespace, event.retrieval_id or ""))
+            if record is not None:
+                retrieved = [*record.insight_ids, *retrieved]
+                w.similar = list(record.similar)
+                w.similar_scores = list(record.similar_scores) if record.similar_scores else None
+                w.relevance = dict(zip(record.insight_ids, record.similarity, strict=False))
+            w.retrieved = list(dict.fromkeys([*retrieved, *event.insight_feedback]))
+            work.append(w)
+        return work
+
+    def _validate_ids(self, work: list[_Work], report: ConsolidationReport) -> list[_Work]:
+        all_ids = {i for w in work for i in w.retrieved}
+        owners = self.graph.namespace_of(all_ids) if all_ids else {}
+        kept = []
+        for w in work:
+            bad = next((i for i in w.retrieved if owners.get(i) != w.event.namespace), None)
+            if bad is None:
+                kept.append(w)
+                continue
+            fld = (
+                f"insight_feedback[{bad}]"
+                if bad in w.event.insight_feedback
+                else f"retrieved_insight_ids[{bad}]"
+                if bad in w.event.retrieved_insight_ids
+                else "retrieval_id"
+            )
+            err = InvalidEventError(fld, f"no insight {bad!r} in namespace {w.event.namespace!r}")
+            self._dead_letter(w.entry, str(err), fld, report)
+        return kept
+
+    def _decide(self, work: list[_Work], report: ConsolidationReport) -> list[_Work]:
+        """Stored decisions first (a redelivered event costs no second controller call); the rest
+        are decided in one controller call and stored before anything is applied. Returns the work
+        that has a decision; an event the controller failed on stays pending (the judge was
+        unavailable) or goes to the dead letters (its answers were unusable), untouched. An event
+        whose id was already decided for other content is refused: a retry is the same event."""
+        digests = {id(w): event_digest(w.event) for w in work}
+        stored = self.graph.load_decisions([w.key for w in work])
+        undecided: list[_Work] = []
+        for w in work:
+            found = stored.get(w.key)
+            if found is not None:
+                w.decision = self._same_event(w, found, digests[id(w)], report)
+            elif not any(u.key == w.key for u in undecided):
+                undecided.append(w)
+        if undecided:
+            inputs = []
+            by_ns: dict[str, set[str]] = {}
+            for w in undecided:
+                by_ns.setdefault(w.event.namespace, set()).update(w.retrieved)
+            heads = {ns: self.graph.heads(ns, ids) for ns, ids in by_ns.items()}
+            for w in undecided:
+                found_heads = heads[w.event.namespace]
+                retrieved = tuple(found_heads[i] for i in w.retrieved if i in found_heads)
+                inputs.append(
+                    DecisionInput(w.event, retrieved, self.settings.allowed_operations, w.relevance)
+                )
+            decided = decisions.decide(inputs, self.controller)
+            new: dict[EventKey, StoredDecision] = {}
+            for w, d in zip(undecided, decided, strict=True):
+                if isinstance(d, DecisionFailure):
+                    self._undecided(w.entry, d, report)
+                else:
+                    new[w.key] = StoredDecision(d, digests[id(w)])
+            kept = self.graph.save_decisions(new) if new else {}
+            for w in work:
+                if w.decision is None and w.key in kept:
+                    w.decision = self._same_event(w, kept[w.key], digests[id(w)], report)
+        return [w for w in work if w.decision is not None]
+
+    def _same_event(
+        self, w: _Work, stored: StoredDecision, digest: str, report: ConsolidationReport
+    ) -> ControllerDecision | None:
+        if stored.digest is None or stored.digest == digest:
+            return stored.decision
+        self._dead_letter(
+            w.entry,
+            f"event_id: event {w.event.event_id} was reported before with other content in namespace "
+            f"{w.event.namespace!r}; a retry must repeat the event as it was",
+            "event_id",
+            report,
+        )
+        return None
+
+    def _find_twins(self, work: list[_Work]) -> None:
+        """For each new insight text (ADD, REVISE), the active insight of its namespace it nearly
+        repeats, if any: one found in the store through the near-duplicate buckets, or a text
+        created earlier in this batch. Applying the plan merges into the twin instead of making one."""
+        threshold = self.settings.duplicate_threshold
+        texts: dict[str, list[tuple[_Work, str, str, str | None]]] = {}  # ns -> (work, text, new id, old)
+        for w in work:
+            if w.decision is None:
+                continue
+            ns, event_id = w.key
+            allowed = self.settings.allowed_operations
+            for e in w.decision.insight_edits:
+                if e.operation == "REVISE" and "REVISE" in allowed and e.revised_insight_text:
+                    new_id = revised_insight_id(ns, event_id, e.insight_id)
+                    texts.setdefault(ns, []).append((w, e.revised_insight_text, new_id, e.insight_id))
+            add = w.decision.add_new_insight
+            if add.decision and add.new_insight_text:
+                texts.setdefault(ns, []).append(
+                    (w, add.new_insight_text, added_insight_id(ns, event_id), None)
+                )
+        for ns, items in texts.items():
+            bands = {text: duplicates.bands(text) for _, text, _, _ in items}
+            found = self.graph.duplicate_candidates(ns, {b for bs in bands.values() for b in bs})
+            known = [
+                duplicates.Known(h.id, duplicates.vector(h.text))
+                for h in self.graph.heads(ns, found).values()
+                if h.active
+            ]
+            for w, text, new_id, old_id in items:
+                key = text_key(text)
+                vec = duplicates.vector(text)
+                twin = duplicates.nearest(vec, [k for k in known if k.id != old_id], threshold)
+                w.bands[key] = bands[text]
+                if twin is not None:
+                    w.twins[key] = twin
+                else:
+                    known.append(duplicates.Known(new_id, vec))
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+    def _failed(self, entry: Entry, exc: Exception, report: ConsolidationReport) -> None:
+        if isinstance(exc, InvalidEventError):  # the event itself is wrong: retrying cannot help
+            reason, fld = reason_of(exc)
+            self._dead_letter(entry, reason, fld, report)
+        elif entry.deliveries >= self.max_deliveries:
+            reason, fld = reason_of(exc)
+            self._dead_letter(
+                entry, f"apply failed after {entry.deliveries} deliveries: {reason}", fld, report
+            )
+        else:
+            report.deferred += 1
+            log.warning("event.apply_failed", entry_id=entry.id, deliveries=entry.deliveries, error=str(exc))
+
+    def _undecided(self, entry: Entry, failure: DecisionFailure, report: ConsolidationReport) -> None:
+        if failure.transient and entry.deliveries < self.max_deliveries:
+            report.deferred += 1
+            log.warning(
+                "event.decision_deferred",
+                entry_id=entry.id,
+                deliveries=entry.deliveries,
+                reason=failure.reason,
+            )
+            return
+        after = f" after {entry.deliveries} deliveries" if failure.transient else ""
+        self._dead_letter(entry, f"controller{after}: {failure.reason}", None, report)
+
+    def _dead_letter(self, entry: Entry, reason: str, fld: str | None, report: ConsolidationReport) -> None:
+        self.stream.dead_letter(entry, reason, fld)
+        report.dead_lettered += 1
+        log.warning("event.dead_lettered", entry_id=entry.id, reason=reason)
+
+    @staticmethod
+    def _count(plan: EditPlan, result: ApplyResult, report: ConsolidationReport) -> None:
+        if result.replayed:
+            report.replayed += 1
+            return
+        report.applied += 1
+        for o in result.outcomes:
+            report.operations[o.op] += 1
+            report.outcomes[o.outcome] += 1
+            report.decisions[(o.op, o.outcome)] += 1
+
+
+__all__ = ["ConsolidationReport", "Consolidator"]

@@ -1,0 +1,142 @@
+"""The retrieval path an agent waits on: embed, top-k similar queries, expand, filter, rank.
+
+No LLM and no write on this path except the small retrieval record a later report refers to. Its
+reads are proportional to |Q̃ˢ|: the similar queries come back from the index with the evidence they
+carry, the neighbours' evidence in one more read, and the candidates in one filtered read of the
+insights those name (active ones only), however much evidence each insight has gathered.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from evomem.core.ports import Embedder, GraphStore, RetrievalRecord, VectorIndex
+from evomem.core.retrieval import ScoredInsight, candidates_from_queries, expand_neighbours, rank_insights
+from evomem.logs import get_logger
+from evomem.settings import Settings
+from evomem.stages import stage
+
+log = get_logger("evomem.retriever")
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieval:
+    """What ``Memory.retrieve`` returns; ``report`` takes it back after the task."""
+
+    id: str
+    namespace: str
+    query: str
+    insights: tuple[ScoredInsight, ...]
+    similar: tuple[str, ...]
+    expanded: int
+
+    def render(self, header: str = "Insights from similar past tasks (most reliable first):") -> str:
+        """A block to put in the agent's prompt; empty when there is nothing to serve."""
+        if not self.insights:
+            return ""
+        lines = [header, *(f"{n}. {i.text}" for n, i in enumerate(self.insights, 1))]
+        return "\n".join(lines)
+
+
+class Retriever:
+    def __init__(
+        self,
+        graph: GraphStore,
+        index: VectorIndex,
+        embedder: Embedder,
+        settings: Settings,
+        resolve: Callable[[str], Settings] | None = None,
+    ) -> None:
+        self.graph = graph
+        self.index = index
+        self.embedder = embedder
+        self.settings = settings
+        # a namespace's effective settings (its own λ, budget, scoring, k, hops over the global ones)
+        self.resolve = resolve or (lambda _namespace: settings)
+        self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
+        self._pending: list[Future[None]] = []
+
+    def similar_queries(self, namespace: str, query: str, k: int | None = None) -> list[str]:
+        vector = self.embedder.embed([query])[0]
+        return [h.id for h in self.index.search_queries(vector, namespace, k or self.settings.top_k)]
+
+    def retrieve(
+        self,
+        query: str,
+        namespace: str,
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        hops: int | None = None,
+        record: bool = True,
+    ) -> Retrieval:
+        s = self.resolve(namespace)
+        with stage("embed"):
+            vector = self.embedder.embed([query])[0]
+        with stage("similar"):
+            hits = self.index.search_queries(vector, namespace, top_k or s.top_k)  # Eq. 2
+        with stage("expand"):
+            expansion = expand_neighbours(
+                [h.id for h in hits],
+                lambda ids: self.graph.neighbours(namespace, ids),
+                s.hops if hops is None else hops,
+                similarity=[h.score for h in hits],
+            )  # Eq. 3-4
+            evidence = {h.id: h for h in hits}
+            evidence.update(self.index.query_evidence(namespace, expansion.expanded - evidence.keys()))
+        with stage("candidates"):
+            supports = {q: h.supports for q, h in evidence.items()}
+            named = {i for ids in supports.values() for i in ids}
+            serving = self.index.serving_insights(namespace, named)  # Eq. 7: active, supported in Q̃ˢ
+            candidates = candidates_from_queries(supports, {q: h.harms for q, h in evidence.items()}, serving)
+        with stage("rank"):
+            ranked = rank_insights(
+                candidates,
+                expansion.expanded,
+                s.lambda_,
+                budget or s.budget,
+                weights=expansion.weights,
+                scoring=s.scoring,
+                power=s.similarity_power,
+            )  # Eq. 8-10
+        retrieval = Retrieval(
+            str(uuid.uuid4()), namespace, query, tuple(ranked), expansion.similar, len(expansion.expanded)
+        )
+        if record:
+            # off the agent's path: the record is only read when the report is consolidated, and
+            # report() waits for pending records first (``flush``)
+            rec = RetrievalRecord(
+                retrieval.id,
+                namespace,
+                query,
+                retrieval.similar,
+                tuple(i.id for i in ranked),
+                tuple(h.score for h in hits),
+                tuple(i.similarity for i in ranked),
+            )
+            # keep only the unfinished ones: a service that never calls report() must not grow this
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(self._recorder.submit(self._save, rec))
+        return retrieval
+
+    def _save(self, record: RetrievalRecord) -> None:
+        try:
+            self.graph.save_retrieval(record, self.settings.retrieval_ttl_s)
+        except Exception as exc:  # the report still carries the served ids; only the record is lost
+            log.warning("retrieval.record_failed", retrieval_id=record.id, error=str(exc))
+
+    def flush(self) -> None:
+        """Wait until every retrieval record asked for so far is written."""
+        pending, self._pending = self._pending, []
+        for f in pending:
+            f.result()
+
+    def close(self) -> None:
+        self.flush()
+        self._recorder.shutdown(wait=True)
+
+
+__all__ = ["Retrieval", "Retriever"]

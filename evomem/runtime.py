@@ -1,0 +1,351 @@
+"""The composition root: the one module that builds adapters, for the role a process plays.
+
+    agent      ``open_runtime(settings)``: the stores on one Redis, the Qdrant index, the embedder,
+               the retriever and the projector. No controller: an agent that only retrieves and
+               reports never builds one (no openai client, no tokenizer), even with
+               ``OPENAI_API_KEY`` set; ``Runtime.controller`` builds it on first use, for an
+               in-process ``consolidate()``.
+    worker     ``open_worker(settings)``: the event log and the edit store, the controller the
+               settings ask for, the consolidation loop. No index.
+    retrieval  ``open_runtime(settings)`` followed by ``Runtime.follow()`` (the service, the MCP
+               server on local stores): the projector keeps the index in step in a thread, and the
+               service authorises with ``Runtime.tokens``.
+
+Everything above this module (the SDK, the service, the MCP server, the CLI, the Celery glue) reaches
+an adapter through what is built here, never by importing one (``make lint`` checks it).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterable
+from functools import cached_property
+from typing import Any
+
+from evomem.adapters.qdrant.edge import EdgeIndex
+from evomem.adapters.redis.changes import RedisChangeFeed, cursor_order
+from evomem.adapters.redis.connection import Client, EmbeddedRedis, connect, mapped
+from evomem.adapters.redis.events import EventStream
+from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.adapters.redis.overrides import NamespaceSettings
+from evomem.adapters.redis.quotas import Quotas
+from evomem.adapters.redis.tokens import TokenStore
+from evomem.adapters.redis.transfer import import_jsonl
+from evomem.core.decisions import Controller, RuleController
+from evomem.core.hashing import HashingEmbedder
+from evomem.core.ports import Embedder, VectorIndex
+from evomem.errors import ConfigError, StoreLockedError, TransientError
+from evomem.logs import get_logger
+from evomem.pipeline.consolidate import Consolidator
+from evomem.pipeline.project import Follower, FollowerState, Projector
+from evomem.pipeline.retrieve import Retriever
+from evomem.pipeline.worker import BatchObserver, ConsolidationWorker
+from evomem.runfiles import service_url
+from evomem.settings import Settings
+
+log = get_logger("evomem.runtime")
+
+__all__ = [
+    "Runtime",
+    "connect_redis",
+    "default_consumer",
+    "ensure_redis",
+    "fleet_reader",
+    "llm_configured",
+    "make_controller",
+    "make_embedder",
+    "open_index",
+    "open_runtime",
+    "open_worker",
+    "redis_url",
+    "stop_redis",
+]
+
+
+# -- Redis ---------------------------------------------------------------------------------------
+def redis_url(settings: Settings) -> str:
+    """The URL of the Redis the settings name, starting the embedded one if need be."""
+    if settings.redis_url is not None:
+        return settings.redis_url
+    return EmbeddedRedis(settings.data_dir).ensure()
+
+
+def connect_redis(settings: Settings) -> Client:
+    """A client (behind the error boundary) of the Redis the settings name."""
+    return connect(redis_url(settings))
+
+
+def ensure_redis(settings: Settings, persistent: bool = False) -> str:
+    """Start the embedded Redis of DATA_DIR unless it runs (``persistent``: until ``stop_redis``)."""
+    return EmbeddedRedis(settings.data_dir).ensure(persistent=persistent)
+
+
+def stop_redis(settings: Settings) -> bool:
+    """Stop the embedded Redis of DATA_DIR; False when it was not running."""
+    server = EmbeddedRedis(settings.data_dir)
+    if not server.running():
+        return False
+    server.stop()
+    return True
+
+
+def default_consumer() -> str:
+    """The stream consumer name of this process, unless ``EVOMEM_CONSUMER_NAME`` gives one."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# -- the parts the settings choose ---------------------------------------------------------------
+def make_embedder(settings: Settings) -> Embedder:
+    if settings.embedder == "openai":
+        from evomem.adapters.embedders import OpenAIEmbedder  # openai is imported only when asked for
+
+        return OpenAIEmbedder(settings)
+    return HashingEmbedder()
+
+
+def llm_configured(settings: Settings) -> bool:
+    """Whether an LLM endpoint is configured: a base URL or an API key."""
+    return settings.llm_base_url is not None or settings.llm_api_key is not None
+
+
+def make_controller(settings: Settings | str, client: Client | None = None) -> Controller:
+    """The controller the settings ask for: ``rules``; ``llm``; ``auto``, the LLM when an endpoint
+    or key is configured and the rules otherwise. The LLM controller keeps its shared rate limit
+    and token accounting in ``client``'s Redis."""
+    kind = settings if isinstance(settings, str) else settings.controller
+    if kind == "rules" or (kind == "auto" and (isinstance(settings, str) or not llm_configured(settings))):
+        if isinstance(settings, str):
+            return RuleController()
+        return RuleController(settings.rules_credit, settings.rules_relevance)
+    if isinstance(settings, str) or client is None:
+        raise ConfigError(
+            "the LLM controller needs the settings and a Redis client: make_controller(settings, redis)"
+        )
+    if not llm_configured(settings):
+        raise ConfigError("EVOMEM_CONTROLLER=llm needs EVOMEM_LLM_BASE_URL or EVOMEM_LLM_API_KEY")
+    from evomem.adapters.llm.controller import LLMController  # openai is imported only when an LLM judges
+
+    return LLMController.from_settings(settings, mapped(client))
+
+
+def open_index(settings: Settings) -> VectorIndex:
+    """Qdrant Edge under DATA_DIR, or a Qdrant server at ``EVOMEM_QDRANT_URL``."""
+    embedder = make_embedder(settings)
+    if settings.qdrant_url is None:
+        return EdgeIndex(settings.data_dir / "qdrant", embedder.kind, embedder.dim)
+    from evomem.adapters.qdrant.client import ClientIndex
+
+    return ClientIndex.connect(settings, embedder.kind, embedder.dim)
+
+
+# -- the runtime -----------------------------------------------------------------------------------
+class Runtime:
+    """What one memory is made of on a Redis (and, for the retrieval side, a Qdrant index): built
+    by ``open_runtime``; closed with it, the embedded Redis released."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        client: Client,
+        index: VectorIndex | None,
+        embedded: EmbeddedRedis | None = None,
+    ) -> None:
+        client = mapped(client)
+        self.settings = settings
+        self.redis = client
+        self.index = index
+        self._embedded = embedded
+        self.graph = RedisGraphStore(client, degree=settings.query_degree)
+        self.events = EventStream(client, settings.stream_maxlen)
+        self.changes = RedisChangeFeed(client)
+        self.quotas = Quotas(client, settings)
+        self.embedder = make_embedder(settings)
+        self.namespace_settings = NamespaceSettings(client, settings)  # per-namespace overrides
+        self.retriever = (
+            Retriever(self.graph, index, self.embedder, settings, self.namespace_settings) if index else None
+        )
+        self.projector = (
+            Projector(self.graph, index, self.embedder, self.changes, link_k=settings.top_k)
+            if index
+            else None
+        )
+        self.consumer = settings.consumer_name or default_consumer()
+        self._follower: Follower | None = None
+        self._closed = False
+
+    @cached_property
+    def controller(self) -> Controller:
+        """Built on first use: an agent that never consolidates never builds one."""
+        return make_controller(self.settings, self.redis)
+
+    @cached_property
+    def consolidator(self) -> Consolidator:
+        return Consolidator(
+            self.graph,
+            self.events,
+            self.controller,
+            self.settings,
+            max_deliveries=self.settings.max_deliveries,
+            resolve=self.namespace_settings,
+        )
+
+    @cached_property
+    def tokens(self) -> TokenStore:
+        """The API tokens made at run time (``evomem tokens``)."""
+        return TokenStore(self.redis, self.settings.tenancy_cache_s)
+
+    # -- the projector, following -----------------------------------------------------------------
+    def follow(self) -> None:
+        """Keep the index in step in a background thread (the retrieval side)."""
+        if self.projector is None or self._follower is not None:
+            return
+        self._follower = Follower(self.projector)
+        self._follower.start()
+
+    def follower(self) -> FollowerState | None:
+        """The projector thread's state, or None when nothing follows."""
+        return None if self._follower is None else self._follower.state()
+
+    def projected_to_newest(self) -> bool:
+        """Whether the projector's cursor has reached the newest change of the feed."""
+        if self.projector is None:
+            return True
+        newest = self.changes.newest()
+        return newest is None or cursor_order(self.projector.cursor) >= cursor_order(newest)
+
+    def staleness_s(self) -> float:
+        """Seconds since the oldest change the index has not applied yet was written."""
+        return 0.0 if self.projector is None else self.changes.age_after(self.projector.cursor)
+
+    # -- what operators read and write ------------------------------------------------------------
+    def llm_usage(self) -> dict[str, Any]:
+        """The fleet's LLM calls, tokens and estimated cost (``evomem stats``)."""
+        from evomem.adapters.llm.usage import summary
+
+        return summary(self.redis, self.settings)
+
+    def import_records(self, lines: Iterable[str]) -> dict[str, int]:
+        """Load an export (``evomem import``)."""
+        return import_jsonl(self.redis, lines)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._follower is not None:
+            self._follower.stop()
+        if self.retriever is not None:
+            self.retriever.close()
+        if self.index is not None:
+            self.index.close()
+        if "controller" in self.__dict__:  # built only on first use
+            self.controller.close()
+        self.redis.close()
+        if self._embedded is not None:
+            self._embedded.release()
+
+
+def open_runtime(settings: Settings, *, index: bool = True) -> Runtime:
+    """The stores the settings name: the embedded Redis (held until ``close``) or
+    ``EVOMEM_REDIS_URL``; with ``index``, the embedded Qdrant store or ``EVOMEM_QDRANT_URL``, brought
+    up to date with the change feed before it serves."""
+    embedded = None
+    if settings.redis_url is None:
+        embedded = EmbeddedRedis(settings.data_dir)
+        url = embedded.acquire()
+    else:
+        url = settings.redis_url
+    client = connect(url)
+
+    def release() -> None:
+        client.close()
+        if embedded is not None:
+            embedded.release()
+
+    try:
+        client.ping()  # fail here, clearly, rather than at the first call
+        vector_index = open_index(settings) if index else None
+    except StoreLockedError as exc:
+        release()
+        held_by = service_url(settings.data_dir)
+        if held_by:
+            raise StoreLockedError(
+                f"the embedded Qdrant store is held by the retrieval service at {held_by}; "
+                f"set EVOMEM_URL={held_by} to use it"
+            ) from None
+        raise exc from None
+    except BaseException:
+        release()
+        raise
+    try:
+        runtime = Runtime(settings, client, vector_index, embedded)
+    except BaseException:
+        if vector_index is not None:
+            vector_index.close()
+        release()
+        raise
+    if runtime.projector is not None:
+        try:
+            runtime.projector.run_once()  # catch up with whatever changed while no projector ran
+        except TransientError:
+            runtime.close()
+            raise
+        except Exception as exc:
+            # the store still serves; a follower retries (and health shows it), and a memory
+            # that does not follow meets the error again at its next consolidate()
+            log.warning("projector.catch_up_failed", error=f"{type(exc).__name__}: {exc}")
+    return runtime
+
+
+def open_worker(
+    settings: Settings | None = None,
+    client: Client | None = None,
+    consumer: str | None = None,
+    observe: BatchObserver | None = None,
+) -> ConsolidationWorker:
+    """A consolidation loop on the Redis the settings name (or on ``client``, which the caller
+    keeps): the event log, the edit store and the controller. ``observe`` is told of every batch
+    (by default this process's worker metrics, ``evomem.ops.worker_metrics``)."""
+    settings = settings or Settings()
+    client = mapped(connect_redis(settings) if client is None else client)
+    graph = RedisGraphStore(client, degree=settings.query_degree)
+    events = EventStream(client, settings.stream_maxlen)
+    controller = make_controller(settings, client)
+    consolidator = Consolidator(
+        graph,
+        events,
+        controller,
+        settings,
+        max_deliveries=settings.max_deliveries,
+        resolve=NamespaceSettings(client, settings),
+    )
+
+    def close() -> None:
+        controller.close()
+        client.close()
+
+    if observe is None:
+        from evomem.ops.worker_metrics import worker_metrics
+
+        observe = worker_metrics().observe
+    return ConsolidationWorker(
+        consolidator,
+        events,
+        settings,
+        consumer or settings.consumer_name or default_consumer(),
+        observe=observe,
+        on_close=close,
+    )
+
+
+def fleet_reader(client: Client, settings: Settings) -> Callable[[], tuple[dict[str, int], dict[str, Any]]]:
+    """What a worker's metrics endpoint reads of the whole fleet at scrape time: the event stream's
+    figures and the LLM usage."""
+
+    def read() -> tuple[dict[str, int], dict[str, Any]]:
+        from evomem.adapters.llm.usage import summary
+
+        return EventStream(client, settings.stream_maxlen).info(), summary(client, settings)
+
+    return read

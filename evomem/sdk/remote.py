@@ -1,0 +1,158 @@
+"""The SDK's remote mode: ``Memory.open()`` with ``EVOMEM_URL`` talks to a retrieval service over
+HTTP (httpx), with the same methods as the embedded memory."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from evomem.core.retrieval import ScoredInsight
+from evomem.errors import (
+    ConfigError,
+    EvomemError,
+    InvalidEventError,
+    NotFoundError,
+    QuotaExceededError,
+    TransientError,
+)
+from evomem.ops import tracing
+from evomem.pipeline.consolidate import ConsolidationReport
+from evomem.pipeline.retrieve import Retrieval
+from evomem.sdk.calls import build_event, check_retrieve_args
+from evomem.settings import Settings
+from schemas import InsightNode, TaskEvent
+
+TIMEOUT_S = 10.0
+
+
+class RemoteInsight:
+    """An insight as the service shows it: ``.node``, ``.lineage``, ``.history`` and the node's fields."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.node = InsightNode.model_validate(body["insight"])
+        self.lineage = tuple(body["lineage"])
+        self.history = tuple(body["history"])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.node, name)
+
+
+class RemoteMemory:
+    def __init__(self, url: str, token: str | None) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError("EVOMEM_URL must be an http(s) URL")
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        # a pool of kept-alive connections shared by the caller's threads; a connection the service
+        # closed while idle is replaced, and a refused connect is tried once more
+        self._http = httpx.Client(
+            base_url=url.rstrip("/"),
+            headers=headers,
+            timeout=TIMEOUT_S,
+            transport=httpx.HTTPTransport(retries=1),
+        )
+
+    @classmethod
+    def open(cls, settings: Settings) -> RemoteMemory:
+        assert settings.url is not None
+        return cls(settings.url, settings.token.get_secret_value() if settings.token else None)
+
+    def _call(self, method: str, path: str, body: str | bytes | None = None) -> Any:
+        try:
+            response = self._http.request(method, path, content=body)
+        except httpx.TransportError as exc:
+            raise TransientError(f"evomem service unreachable: {type(exc).__name__}") from None
+        try:
+            doc = response.json() if response.content else {}
+        except ValueError:
+            doc = {}
+        if not isinstance(doc, dict):
+            doc = {}
+        if response.status_code < 300:
+            return doc
+        message = str(doc.get("error") or response.reason_phrase)
+        status = response.status_code
+        if status == 422:
+            raise InvalidEventError(doc.get("field") or "body", message)
+        if status == 404:
+            raise NotFoundError(message)
+        if status == 429:
+            raise QuotaExceededError(message, float(response.headers.get("Retry-After") or 60))
+        if status in (502, 503, 504):
+            raise TransientError(message)
+        raise EvomemError(f"HTTP {status}: {message}")
+
+    # -- the same calls as Memory ----------------------------------------------------------------
+    def retrieve(
+        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+    ) -> Retrieval:
+        check_retrieve_args(query, namespace, top_k, budget)
+        body = {"query": query, "namespace": namespace, "top_k": top_k, "budget": budget}
+        doc = self._call("POST", "/v1/retrieve", json.dumps({k: v for k, v in body.items() if v is not None}))
+        insights = tuple(
+            ScoredInsight(
+                i["id"],
+                i["text"],
+                i["score"],
+                i["support"],
+                i["conflict"],
+                similarity=i.get("similarity", 0.0),
+            )
+            for i in doc["insights"]
+        )
+        return Retrieval(
+            doc["retrieval_id"], doc["namespace"], query, insights, tuple(doc["similar_queries"]), 0
+        )
+
+    def report(
+        self,
+        retrieval: Retrieval | TaskEvent | None = None,
+        *,
+        status: str | None = None,
+        namespace: str | None = None,
+        query: str | None = None,
+        **fields: Any,
+    ) -> str:
+        event = (
+            retrieval
+            if isinstance(retrieval, TaskEvent)
+            else build_event(retrieval, status, namespace, query, fields)
+        )
+        with tracing.reporting(event) as traced:  # the service publishes the context with the event
+            return str(self._call("POST", "/v1/events", traced.model_dump_json())["event_id"])
+
+    def consolidate(self, max_events: int | None = None) -> ConsolidationReport:
+        """Consolidation runs in the service's workers; nothing to do from a client."""
+        return ConsolidationReport()
+
+    def insight(self, insight_id: str, namespace: str | None = None) -> RemoteInsight:
+        if not isinstance(insight_id, str) or not insight_id:
+            raise NotFoundError(f"no insight {insight_id!r}")
+        view = RemoteInsight(self._call("GET", f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}"))
+        if namespace is not None and view.node.namespace != namespace:
+            raise NotFoundError(f"no insight {insight_id!r} in namespace {namespace!r}")
+        return view
+
+    def lineage(self, insight_id: str) -> list[dict[str, Any]]:
+        path = f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}/lineage"
+        return list(self._call("GET", path)["lineage"])
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RemoteMemory:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+__all__ = ["RemoteInsight", "RemoteMemory"]
