@@ -28,8 +28,8 @@ CONSUMER_GROUP = "consolidators"
 NAMESPACES = f"{PREFIX}:namespaces"  # set of namespaces ever written
 INSIGHT_DIRECTORY = f"{PREFIX}:ids"  # hash: insight id -> its namespace (insight ids are unique)
 
-QUERY_COLLECTION = "evomem_queries_v2"  # the layout is in the name: a new layout, a new read model
-INSIGHT_COLLECTION = "evomem_insights_v2"
+QUERY_COLLECTION = "evomem_queries_v3"  # the layout is in the name: a new layout, a new read model
+INSIGHT_COLLECTION = "evomem_insights_v3"
 
 #: The kind words of a namespace's keys, as the Lua scripts spell them after ``ns_prefix``.
 LUA_KINDS = (
