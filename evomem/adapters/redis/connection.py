@@ -174,14 +174,14 @@ class _MappedClusterPipeline(ClusterPipeline):
     def __init__(self, owner: ClusterClient, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.owner = owner
-        self.queued: list[tuple[Any, ...]] = []
 
-    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        self.queued.append(args)
-        return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        # redis-py blocks scripts in a cluster pipeline; evomem's scripts each name their slot in
+        # KEYS, which is all the pipeline needs to send each to its node
+        return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)  # type: ignore[no-untyped-call]
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
-        queued, self.queued = self.queued, []
+        queued = [c.args for c in self._execution_strategy.command_queue]
         try:
             result: list[Any] = super().execute(False)
         except (redis.RedisError, RedisClusterException) as exc:

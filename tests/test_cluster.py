@@ -1,0 +1,226 @@
+"""evomem on a real local Redis Cluster (three masters, three replicas): the same memory as on one
+server, every script in one slot, the writes outside a namespace's slot delivered through its
+outbox even when the process dies before sending it, and what the cluster refuses said clearly."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pipeline_helpers import event, graph_state
+from redis_cluster import LocalCluster
+
+from evomem import Memory, Settings, keys
+from evomem.adapters.llm.ratelimit import RateLimiter
+from evomem.adapters.redis.connection import Client, ClusterClient, connect
+from evomem.adapters.redis.events import EventStream
+from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.adapters.redis.overrides import NamespaceSettings
+from evomem.errors import ConfigError, TransientError
+from evomem.runtime import broker_redis_url
+from schemas import TaskEvent
+
+#: Namespaces whose hash slots fall on all three masters (checked by a test below).
+NAMESPACES = [f"team-{i}" for i in range(9)]
+
+
+@pytest.fixture
+def cluster_client(redis_cluster: LocalCluster) -> Iterator[Client]:
+    client = connect(redis_cluster.url)
+    client.flushdb()  # every master
+    yield client
+    client.close()
+
+
+def cluster_settings(tmp_path: Path, url: str, **extra: Any) -> Settings:
+    return Settings(data_dir=tmp_path / "data", redis_url=url, archive_policy="immediate", **extra)
+
+
+def fleet_events() -> list[TaskEvent]:
+    """Events over several namespaces: new insights, then verdicts on them (KEEP, ARCHIVE, REVISE)."""
+    lessons = [
+        "Check the units of every quantity before comparing two numbers.",
+        "Search for the entity's page first when a claim names a person.",
+        "Stack the blocks from the bottom, clearing each target before moving.",
+    ]
+    return [
+        event(ns, f"seed {i} of {ns}", "resolved", proposed_insight=f"{lesson} ({ns})")
+        for ns in NAMESPACES
+        for i, lesson in enumerate(lessons)
+    ]
+
+
+def verdicts(mem: Memory, ns: str) -> list[TaskEvent]:
+    graph = mem.runtime.graph
+    nodes = graph.insights(graph.insight_ids(ns))
+    ids = sorted(nodes, key=lambda i: nodes[i].text)  # ids are random: the same insights by text
+    return [
+        event(ns, f"judged task of {ns}", "failed", insight_feedback={ids[0]: "harmful"}),
+        event(ns, f"kept task of {ns}", "resolved", insight_feedback={ids[1]: "helpful"}),
+        event(
+            ns,
+            f"revised task of {ns}",
+            "failed",
+            insight_feedback={ids[2]: {"verdict": "partial", "revised_text": f"Revised lesson of {ns}."}},
+        ),
+    ]
+
+
+def run_fleet(settings: Settings) -> Memory:
+    mem = Memory.open(settings)
+    for e in fleet_events():
+        mem.report(e)
+    mem.consolidate()
+    for ns in NAMESPACES:
+        for e in verdicts(mem, ns):
+            mem.report(e)
+    mem.consolidate()
+    return mem
+
+
+def changes_of(client: Client) -> list[tuple[str, str, str, int]]:
+    out = []
+    for _id, fields in client.xrange(keys.CHANGES_STREAM):
+        f = {k.decode(): v.decode() for k, v in fields.items()}
+        out.append((f["kind"], f["ns"], f["id"], int(f["version"])))
+    return out
+
+
+def history_of(client: Client) -> list[tuple[str, str, str, str | None]]:
+    out = []
+    for _id, fields in client.xrange(keys.HISTORY_STREAM):
+        r = json.loads(fields[b"record"])
+        out.append((fields[b"ns"].decode(), r["event_id"], r["op"], r["outcome"]))
+    return out
+
+
+def test_the_namespaces_of_the_tests_fall_on_every_master(redis_cluster: LocalCluster) -> None:
+    """So that a script touching a key of another slot would meet a node that does not hold it."""
+    masters = {redis_cluster.master_of(keys.ns_prefix(ns)) for ns in NAMESPACES}
+    globals_ = {
+        redis_cluster.master_of(k) for k in (keys.CHANGES_STREAM, keys.INSIGHT_DIRECTORY, keys.EVENTS_STREAM)
+    }
+    assert len(masters) == 3
+    assert len(globals_) >= 2
+
+
+def test_a_cluster_holds_the_same_memory_as_one_server(
+    redis_cluster: LocalCluster, cluster_client: Client, redis_client: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """The same events, consolidated on one server and on the cluster, leave the same graph in every
+    namespace, the same changes on the feed (per node and version) and the same history."""
+    single = run_fleet(cluster_settings(tmp_path / "one", redis_url))
+    clustered = run_fleet(cluster_settings(tmp_path / "cluster", redis_cluster.url))
+    try:
+        for ns in NAMESPACES:
+            one = graph_state(single.runtime.graph, ns)
+            many = graph_state(clustered.runtime.graph, ns)
+            assert _without_ids(one) == _without_ids(many), ns
+        assert sorted(single.runtime.graph.namespaces()) == sorted(clustered.runtime.graph.namespaces())
+        assert _shape(changes_of(redis_client)) == _shape(changes_of(cluster_client))
+        assert sorted(_shape_history(history_of(redis_client))) == sorted(
+            _shape_history(history_of(cluster_client))
+        )
+        assert not list(cluster_client.scan_iter(match="em:{*}:outbox:*")), "every outbox was sent"
+        # inspection by insight id goes through the id directory, in its own slot
+        some = sorted(clustered.runtime.graph.insight_ids(NAMESPACES[4]))[0]
+        node = clustered.insight(some)
+        assert node.namespace == NAMESPACES[4] and node.history
+    finally:
+        single.close()
+        clustered.close()
+
+
+def _without_ids(state: dict[str, Any]) -> list[Any]:
+    """Insight and query ids are random per run; what the nodes hold is compared."""
+    return sorted((text, st, len(pos), len(neg), v) for text, st, pos, neg, v in state["insights"].values())
+
+
+def _shape(changes: list[tuple[str, str, str, int]]) -> list[tuple[str, str, int]]:
+    return sorted((kind, ns, version) for kind, ns, _id, version in changes)
+
+
+def _shape_history(history: list[tuple[str, str, str, str | None]]) -> list[tuple[str, str, str | None]]:
+    return [(ns, op, outcome) for ns, _e, op, outcome in history]
+
+
+class _DiesBeforeTheOutbox(RedisGraphStore):
+    """A process that applies a batch and dies before writing its outbox."""
+
+    def _send_outboxes(self, applied: Any) -> None:
+        raise TransientError("killed")
+
+
+def test_an_outbox_left_by_a_dead_process_is_sent_by_the_replay(
+    redis_cluster: LocalCluster, cluster_client: Client, tmp_path: Path
+) -> None:
+    """The edits are committed in the namespace's slot, the process dies before the change feed,
+    history and id directory are written: the events stay unacknowledged, and their replay (no edit
+    applied twice) sends what was left, once."""
+    settings = cluster_settings(tmp_path, redis_cluster.url)
+    with Memory.open(settings) as mem:
+        for i in range(5):
+            mem.report(event("team-1", f"task {i}", "resolved", proposed_insight=f"Lesson number {i}."))
+        real = mem.runtime.graph
+        dying = _DiesBeforeTheOutbox(cluster_client)
+        mem.runtime.consolidator.graph = dying
+        with pytest.raises(TransientError):
+            mem.consolidate()
+        assert len(real.insight_ids("team-1")) == 5, "the edits are committed"
+        assert len(list(cluster_client.scan_iter(match="em:{*}:outbox:*"))) == 5
+        assert cluster_client.xlen(keys.CHANGES_STREAM) == 0
+        assert mem.runtime.events.info()["pending"] == 5, "and nothing is acknowledged"
+        mem.runtime.consolidator.graph = real
+        report = mem.consolidate()
+        assert report.replayed == 5 and report.applied == 0
+        assert not list(cluster_client.scan_iter(match="em:{*}:outbox:*"))
+        assert mem.runtime.events.info()["pending"] == 0
+        assert len(history_of(cluster_client)) == 5
+        ids = real.insight_ids("team-1")
+        assert {c[2] for c in changes_of(cluster_client) if c[0] == "insight"} == ids
+        assert set(real.namespace_of(ids).values()) == {"team-1"}
+        mem.follow()
+        assert mem.retrieve("task 3", "team-1").insights, "and the projector served them"
+
+
+def test_dead_letters_replay_settings_and_rate_limits_work_across_slots(
+    redis_cluster: LocalCluster, cluster_client: Client, tmp_path: Path
+) -> None:
+    stream = EventStream(cluster_client)
+    stream.ensure_group()
+    bad = stream.publish_raw(b"{not json")
+    settings = cluster_settings(tmp_path, redis_cluster.url)
+    with Memory.open(settings) as mem:
+        report = mem.consolidate()
+        assert report.dead_lettered == 1
+        (letter,) = stream.dlq()
+        assert letter["source_id"] == bad
+        assert stream.info()["pending"] == 0
+        ok = event("team-2", "a fixed task", "resolved", proposed_insight="A fixed lesson.")
+        fixed_id = cluster_client.xadd(keys.DLQ_STREAM, {"event": ok.model_dump_json(), "reason": "x"})
+        (again,) = stream.replay([fixed_id.decode()])
+        assert again and stream.dead_letter_entry(fixed_id.decode()) is None
+        assert mem.consolidate().applied == 1
+    overrides = NamespaceSettings(cluster_client, settings)
+    overrides.set("team-5", {"budget": 7})
+    assert overrides.all()["team-5"].budget == 7
+    limiter = RateLimiter(cluster_client, "https://llm.example/v1|model", 60, 100_000)
+    assert limiter.try_acquire(100) == 0.0
+    assert limiter.try_acquire(10**6) > 0, "the tokens bucket is shared: past its budget, a wait"
+
+
+def test_a_cluster_url_needs_its_own_broker(
+    redis_cluster: LocalCluster, redis_url: str, tmp_path: Path
+) -> None:
+    settings = cluster_settings(tmp_path, redis_cluster.url)
+    with pytest.raises(ConfigError, match="EVOMEM_BROKER_URL"):
+        broker_redis_url(settings)
+    assert broker_redis_url(cluster_settings(tmp_path, redis_cluster.url, broker_url=redis_url)) == redis_url
+    with pytest.raises(ValueError, match="cannot be a Redis Cluster"):
+        cluster_settings(tmp_path, redis_url, broker_url=redis_cluster.url)
+    assert isinstance(connect(redis_cluster.url), ClusterClient)
+    with pytest.raises(ConfigError):
+        connect("redis+cluster://127.0.0.1:1")
