@@ -20,6 +20,7 @@ from evomem.adapters.redis.events import EventStream
 from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.adapters.redis.overrides import NamespaceSettings
 from evomem.errors import ConfigError, TransientError
+from evomem.pipeline.transfer import export
 from evomem.runtime import broker_redis_url
 from schemas import TaskEvent
 
@@ -182,7 +183,6 @@ def test_an_outbox_left_by_a_dead_process_is_sent_by_the_replay(
         ids = real.insight_ids("team-1")
         assert {c[2] for c in changes_of(cluster_client) if c[0] == "insight"} == ids
         assert set(real.namespace_of(ids).values()) == {"team-1"}
-        mem.follow()
         assert mem.retrieve("task 3", "team-1").insights, "and the projector served them"
 
 
@@ -224,3 +224,24 @@ def test_a_cluster_url_needs_its_own_broker(
     assert isinstance(connect(redis_cluster.url), ClusterClient)
     with pytest.raises(ConfigError):
         connect("redis+cluster://127.0.0.1:1")
+
+
+def test_a_memory_moves_from_one_server_to_a_cluster_by_export_and_import(
+    redis_cluster: LocalCluster, cluster_client: Client, redis_client: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """The key layout is the same: an export of one server imports into a cluster, node for node, and
+    the cluster's projector serves it."""
+    single = run_fleet(cluster_settings(tmp_path / "one", redis_url))
+    try:
+        lines = [json.dumps(r) for r in export(single.runtime.graph, NAMESPACES)]
+        expected = {ns: graph_state(single.runtime.graph, ns) for ns in NAMESPACES}
+    finally:
+        single.close()
+    with Memory.open(cluster_settings(tmp_path / "cluster", redis_cluster.url)) as mem:
+        counts = mem.runtime.import_records(lines)
+        assert counts["insights"] == sum(len(s["insights"]) for s in expected.values())
+        assert mem.runtime.import_records(lines)["insights"] == 0, "importing again changes nothing"
+        for ns in NAMESPACES:
+            assert graph_state(mem.runtime.graph, ns) == expected[ns]
+        mem.consolidate()  # nothing to apply; brings the index up to the change feed
+        assert mem.retrieve("seed 1 of team-3", "team-3").insights
