@@ -11,6 +11,7 @@ the consumer group."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,18 +106,33 @@ def run_with_a_failover(
             publish(stream, e)
         total = len(seeds) + len(events)
         try:
-            wait_for(lambda: consolidated(client, total), 240, "every event consolidated", every=0.2)
+            wait_for(lambda: consolidated(client, total), 180, "every event consolidated", every=0.2)
         except AssertionError:
-            raise AssertionError(workers.logs()) from None
+            raise AssertionError(diagnosis(client, workers, total)) from None
         assert cluster.master_of(victim_key) != victim, "a replica took the slot over"
         model = serial_model([*seeds, *events], MODEL_SETTINGS)
         assert graph_state(RedisGraphStore(client), ns) == graph_state(model, ns)
         assert applied_count(client) == total
-        assert EventStream(client).info()["dead_letters"] == 0
+        letters = EventStream(client).dlq(1000)
+        assert not letters, Counter(x["reason"][:120] for x in letters)
         assert not list(client.scan_iter(match="em:{*}:outbox:*")), "every outbox was sent"
     finally:
         workers.stop()
         client.close()
+
+
+def diagnosis(client: Client, workers: Workers, total: int) -> str:
+    errors = Counter(
+        line.split('"error": ')[1][:160]
+        for p in sorted(workers.log_dir.glob("worker-*.log"))
+        for line in p.read_text(errors="replace").splitlines()
+        if '"error": ' in line
+    )
+    letters = Counter(x["reason"][:120] for x in EventStream(client).dlq(1000))
+    return (
+        f"applied {applied_count(client)} of {total}; stream {EventStream(client).info()}\n"
+        f"dead letters {letters}\nworker errors {errors.most_common(8)}"
+    )
 
 
 def test_the_namespace_master_killed_mid_run(cluster: LocalCluster, tmp_path: Path, server_url: str) -> None:

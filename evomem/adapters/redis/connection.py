@@ -217,13 +217,16 @@ def mapped(client: Client) -> Client:
 
 
 def durable(client: Client, barrier_keys: Sequence[str], replicas: int, timeout_ms: int) -> None:
-    """Return once ``replicas`` replicas hold every write made so far on the masters of
-    ``barrier_keys``; raise ``TransientError`` otherwise (the caller then leaves its work
-    unacknowledged, to be redone). No-op with ``replicas`` 0.
+    """Return once ``replicas`` replicas (or every replica connected, when a master has fewer) hold
+    every write made so far on the masters of ``barrier_keys``; raise ``TransientError`` otherwise
+    (the caller then leaves its work unacknowledged, to be redone). No-op with ``replicas`` 0.
 
     WAIT counts the writes of the connection it is sent on, so it follows a write on the same
     connection: the replication stream of a master is ordered, so a replica that acknowledges that
-    write holds everything the master applied before it, whichever connection wrote it."""
+    write holds everything the master applied before it, whichever connection wrote it. A master
+    that has lost its replicas (one promoted by a failover, until its old master rejoins) is
+    waited on for those it has: there is no replica to fail over to, and stalling every
+    acknowledgement until an operator adds one would turn a failover into an outage."""
     if replicas <= 0 or not barrier_keys:
         return
     if isinstance(client, ClusterClient):
@@ -236,12 +239,15 @@ def durable(client: Client, barrier_keys: Sequence[str], replicas: int, timeout_
         pairs = [(client, barrier_keys[0])]
     for node_client, key in pairs:
         with redis_errors(("WAIT",)):
+            wanted = min(replicas, int(node_client.info("replication").get("connected_slaves", 0)))
+            if wanted == 0:
+                continue
             pipe = node_client.pipeline(transaction=False)
             pipe.set(keys.barrier(key), "1")  # a write in the key's slot, on this connection
-            pipe.execute_command("WAIT", replicas, timeout_ms)  # type: ignore[no-untyped-call]
+            pipe.execute_command("WAIT", wanted, timeout_ms)  # type: ignore[no-untyped-call]
             _, acked = pipe.execute()
-        if int(acked) < replicas:
-            raise TransientError(f"{acked} of {replicas} redis replicas acknowledged within {timeout_ms} ms")
+        if int(acked) < wanted:
+            raise TransientError(f"{acked} of {wanted} redis replicas acknowledged within {timeout_ms} ms")
 
 
 def client_name() -> str:

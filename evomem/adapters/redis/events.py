@@ -201,6 +201,16 @@ class EventStream:
         if ids:
             self.r.xack(self.stream, self.group, *ids)
 
+    def release(self, consumer: str, entries: Sequence[Entry]) -> None:
+        """XCLAIM with RETRYCOUNT: each entry's delivery count back to what it was before this read
+        (JUSTID claims without counting a delivery). Entries trimmed meanwhile are skipped."""
+        by_count: dict[int, list[str]] = {}
+        for e in entries:
+            if e.raw is not None:
+                by_count.setdefault(max(0, e.deliveries - 1), []).append(e.id)
+        for count, ids in by_count.items():
+            self.r.xclaim(self.stream, self.group, consumer, 0, ids, retrycount=count, justid=True)
+
     def dead_letter(self, entry: Entry, reason: str, field: str | None = None) -> None:
         """Move an entry to the dead-letter stream with its reason, and ack it (atomically on one
         server)."""
