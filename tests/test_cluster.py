@@ -5,6 +5,9 @@ outbox even when the process dies before sending it, and what the cluster refuse
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -222,7 +225,7 @@ def test_a_cluster_url_needs_its_own_broker(
     with pytest.raises(ValueError, match="cannot be a Redis Cluster"):
         cluster_settings(tmp_path, redis_url, broker_url=redis_cluster.url)
     assert isinstance(connect(redis_cluster.url), ClusterClient)
-    with pytest.raises(ConfigError):
+    with pytest.raises(TransientError, match="unreachable"):
         connect("redis+cluster://127.0.0.1:1")
 
 
@@ -245,3 +248,20 @@ def test_a_memory_moves_from_one_server_to_a_cluster_by_export_and_import(
             assert graph_state(mem.runtime.graph, ns) == expected[ns]
         mem.consolidate()  # nothing to apply; brings the index up to the change feed
         assert mem.retrieve("seed 1 of team-3", "team-3").insights
+
+
+def test_a_worker_on_a_cluster_without_a_broker_stops_with_what_to_set(
+    redis_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Not Celery's silent fallback to a broker on localhost: one line naming the setting."""
+    env = {**os.environ, "EVOMEM_REDIS_URL": redis_cluster.url, "EVOMEM_DATA_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-m", "evomem.cli", "worker", "-c", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode != 0
+    assert "EVOMEM_BROKER_URL" in out.stderr.strip().splitlines()[-1]

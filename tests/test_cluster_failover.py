@@ -110,6 +110,10 @@ def run_with_a_failover(
         except AssertionError:
             raise AssertionError(diagnosis(client, workers, total)) from None
         assert cluster.master_of(victim_key) != victim, "a replica took the slot over"
+        felt = [
+            p for p in workers.log_dir.glob("worker-*.log") if "unreachable" in p.read_text(errors="replace")
+        ]
+        assert felt, "the workers met the dead master mid-run"
         model = serial_model([*seeds, *events], MODEL_SETTINGS)
         assert graph_state(RedisGraphStore(client), ns) == graph_state(model, ns)
         assert applied_count(client) == total

@@ -423,10 +423,10 @@ def connect(url: str) -> Client:
                 health_check_interval=30,
                 retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 3),
             )
-        except (ValueError, RedisClusterException) as exc:
-            raise ConfigError(f"EVOMEM_REDIS_URL names no reachable Redis Cluster: {exc}") from None
-        except redis.RedisError as exc:
-            raise translate(exc, ("CLUSTER SLOTS",)) from exc
+        except ValueError as exc:
+            raise ConfigError(f"EVOMEM_REDIS_URL is not a Redis Cluster URL: {exc}") from None
+        except (redis.RedisError, RedisClusterException) as exc:  # no node answered (yet)
+            raise TransientError(f"redis cluster unreachable: {exc}") from exc
     try:
         return RedisClient.from_url(
             url,
