@@ -8,12 +8,15 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from pipeline_helpers import event, graph_state
+from redis.crc import key_slot
 from redis_cluster import LocalCluster
 
 from evomem import Memory, Settings, keys
@@ -265,3 +268,62 @@ def test_a_worker_on_a_cluster_without_a_broker_stops_with_what_to_set(
     )
     assert out.returncode != 0
     assert "EVOMEM_BROKER_URL" in out.stderr.strip().splitlines()[-1]
+
+
+def test_every_script_call_stays_in_the_slot_of_its_namespace(
+    redis_cluster: LocalCluster, cluster_client: Client, tmp_path: Path
+) -> None:
+    """Redis 6.2 refuses a script's key only when another node holds it; a cluster that moves slots
+    needs more: every key a script touches in the slot of the keys it declared. Watched on every
+    master (MONITOR), each command the scripts run while one namespace is reported on and
+    consolidated (ADD, KEEP, ARCHIVE, REVISE, the query links) hashes to that namespace's slot."""
+    masters = sorted({redis_cluster.master_of(keys.ns_prefix(ns)) for ns in NAMESPACES})
+    seen: dict[int, list[tuple[str, str]]] = {p: [] for p in masters}
+
+    def watch(port: int) -> None:
+        with redis.Redis(host="127.0.0.1", port=port).monitor() as m:
+            ready.release()
+            for cmd in m.listen():
+                seen[port].append((cmd["client_type"], cmd["command"]))
+                if cmd["command"] == "ECHO stop":
+                    return
+
+    ready = threading.Semaphore(0)
+    threads = [threading.Thread(target=watch, args=(p,), daemon=True) for p in masters]
+    for t in threads:
+        t.start()
+    for _ in threads:
+        ready.acquire()
+    nodes = [redis_cluster.node(p) for p in masters]
+    with Memory.open(cluster_settings(tmp_path, redis_cluster.url)) as mem:
+        for ns in NAMESPACES:
+            for node in nodes:
+                node.echo(f"mark {ns}")
+            for e in fleet_events():
+                if e.namespace == ns:
+                    mem.report(e)
+            mem.consolidate()
+            for e in verdicts(mem, ns):
+                mem.report(e)
+            mem.consolidate()
+    for node in nodes:
+        node.echo("stop")
+    for t in threads:
+        t.join(timeout=60)
+    checked = 0
+    for port, commands in seen.items():
+        current = None
+        for client, command in commands:
+            if client != "lua":
+                if command.startswith("ECHO mark "):
+                    current = command.removeprefix("ECHO mark ")
+                continue
+            assert current is not None, f"a script ran outside the test on {port}: {command}"
+            touched = command.split()[1:3] if command.startswith("SUNIONSTORE") else command.split()[1:2]
+            for key in touched:
+                assert key_slot(key.encode()) == key_slot(keys.ns_prefix(current).encode()), (
+                    current,
+                    command,
+                )
+                checked += 1
+    assert checked > 500, "the scripts' commands were seen"
