@@ -167,7 +167,7 @@ def test_an_outbox_left_by_a_dead_process_is_sent_by_the_replay(
     """The edits are committed in the namespace's slot, the process dies before the change feed,
     history and id directory are written: the events stay unacknowledged, and their replay (no edit
     applied twice) sends what was left, once."""
-    settings = cluster_settings(tmp_path, redis_cluster.url)
+    settings = cluster_settings(tmp_path, redis_cluster.url, redis_wait_replicas=1)
     with Memory.open(settings) as mem:
         for i in range(5):
             mem.report(event("team-1", f"task {i}", "resolved", proposed_insight=f"Lesson number {i}."))
@@ -190,6 +190,13 @@ def test_an_outbox_left_by_a_dead_process_is_sent_by_the_replay(
         assert {c[2] for c in changes_of(cluster_client) if c[0] == "insight"} == ids
         assert set(real.namespace_of(ids).values()) == {"team-1"}
         assert mem.retrieve("task 3", "team-1").insights, "and the projector served them"
+        # with REDIS_WAIT_REPLICAS=1 every master written was waited on: the stream's for the reports,
+        # the namespace's for the edits, those of the shared keys for the outbox (a barrier key per
+        # master waited on)
+        shared = (keys.CHANGES_STREAM, keys.HISTORY_STREAM, keys.INSIGHT_DIRECTORY, keys.NAMESPACES)
+        written = (keys.EVENTS_STREAM, keys.ns_prefix("team-1"), *shared)
+        barriers = [b.decode() for b in cluster_client.scan_iter(match="em:barrier:*")]
+        assert {redis_cluster.master_of(k) for k in written} == {redis_cluster.master_of(b) for b in barriers}
 
 
 def test_dead_letters_replay_settings_and_rate_limits_work_across_slots(
