@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import redis
-from redis_cluster import LocalCluster
 
 from evomem import Memory, Settings
 from evomem.adapters.redis.connection import EmbeddedRedis, connect
+from evomem.adapters.redis.local_cluster import LocalCluster
 from evomem.testing.llm_server import LLMTestServer
 
 

