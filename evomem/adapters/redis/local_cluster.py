@@ -32,7 +32,7 @@ def _free(port: int) -> bool:
     return True
 
 
-def _ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
     """``n`` ports whose cluster bus ports (port + 10000) are free too."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,7 +62,7 @@ class LocalCluster:
     def __init__(self, root: Path, masters: int = 3) -> None:
         self.root = root
         self.masters = masters
-        self.ports = _ports(masters * 2)
+        self.ports = free_ports(masters * 2)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
@@ -175,4 +175,4 @@ def _nodes(client: redis.Redis) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["LocalCluster", "wait_until"]
+__all__ = ["SERVER", "LocalCluster", "free_ports", "wait_until"]
