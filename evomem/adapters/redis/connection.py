@@ -186,13 +186,23 @@ class _MappedClusterPipeline(ClusterPipeline):
             result: list[Any] = super().execute(False)
         except (redis.RedisError, RedisClusterException) as exc:
             raise translate(exc, ("pipeline",)) from exc
-        for n, (reply, args) in enumerate(zip(result, queued, strict=True)):
-            if isinstance(reply, NoScriptError) and str(args[0]).upper() == "EVALSHA":
-                self.owner.script_load(self.owner.script_texts[_text(args[1])])
-                try:
-                    result[n] = self.owner.execute_command(*args)
-                except EvomemError as exc:
-                    result[n] = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+        missing = [
+            n
+            for n, (reply, args) in enumerate(zip(result, queued, strict=True))
+            if isinstance(reply, NoScriptError) and _text(args[0]).upper() == "EVALSHA"
+        ]
+        if missing:  # once per script, then the calls that missed it again, in one more round trip
+            for sha in {_text(queued[n][1]) for n in missing}:
+                self.owner.script_load(self.owner.script_texts[sha])
+            again = self.owner.pipeline()
+            for n in missing:
+                again.execute_command(*queued[n])  # type: ignore[no-untyped-call]
+            try:
+                replies = ClusterPipeline.execute(again, False)
+            except (redis.RedisError, RedisClusterException) as exc:
+                raise translate(exc, ("pipeline",)) from exc
+            for n, reply in zip(missing, replies, strict=True):
+                result[n] = reply
         if raise_on_error:
             for reply in result:
                 if isinstance(reply, Exception):
