@@ -334,3 +334,15 @@ def test_every_script_call_stays_in_the_slot_of_its_namespace(
                 )
                 checked += 1
     assert checked > 500, "the scripts' commands were seen"
+
+
+@pytest.mark.slow
+def test_the_cluster_benchmark_runs_and_records_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    subprocess.run(
+        [sys.executable, "-m", "bench.cluster", "--quick", "--out", str(out)], check=True, timeout=600
+    )
+    doc = json.loads(out.read_text())["cluster"]
+    for row in ("one_server", "one_server_tcp", "cluster", "cluster_wait_1"):
+        assert doc[row]["applied"] == 200 and doc[row]["report"]["p50_ms"] > 0
+    assert doc["cluster"]["vs_one_server_tcp"]["consolidate_throughput"] > 0
