@@ -149,7 +149,10 @@ class ClusterClient(RedisCluster):
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> _MappedClusterPipeline:
         # a MULTI spans one slot only in a cluster: every evomem pipeline that needs atomicity across
-        # keys is a Lua script instead, so pipelines here are plain batches, split by node
+        # keys is a Lua script instead, so pipelines here are plain batches, split by node; asking
+        # for a MULTI is a bug to be told about, not a batch that silently is not atomic
+        if transaction:
+            raise StoreError("a MULTI pipeline on a Redis Cluster: write a script over one slot instead")
         return _MappedClusterPipeline(
             self,
             nodes_manager=self.nodes_manager,
