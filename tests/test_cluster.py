@@ -234,7 +234,9 @@ def test_a_cluster_url_needs_its_own_broker(
     assert broker_redis_url(cluster_settings(tmp_path, redis_cluster.url, broker_url=redis_url)) == redis_url
     with pytest.raises(ValueError, match="cannot be a Redis Cluster"):
         cluster_settings(tmp_path, redis_url, broker_url=redis_cluster.url)
-    assert isinstance(connect(redis_cluster.url), ClusterClient)
+    client = connect(redis_cluster.url)
+    assert isinstance(client, ClusterClient)
+    client.close()
     with pytest.raises(TransientError, match="unreachable"):
         connect("redis+cluster://127.0.0.1:1")
 

@@ -168,6 +168,17 @@ class ClusterClient(RedisCluster):
             event_dispatcher=self._event_dispatcher,
         )
 
+    def close(self) -> None:
+        # redis-py 8 closes each node's client but not its connection pool (the client did not
+        # make it), nor the startup node it discovered the others through: their sockets would be
+        # left to the garbage collector
+        manager = self.nodes_manager
+        nodes = [*manager.nodes_cache.values(), *manager.startup_nodes.values()] if manager else []
+        for node in nodes:
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
+        super().close()
+
     def node_client(self, key: str) -> redis.Redis:
         """The client of the master that serves ``key`` now (from the slot table this client holds)."""
         return self.get_redis_connection(self.get_node_from_key(key))  # type: ignore[no-untyped-call]

