@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from evomem.adapters.memory.graph import InMemoryGraphStore
 from evomem.adapters.redis.connection import connect
-from evomem.adapters.redis.connection import connect
 from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.core.editing import (
     EditPlan,
