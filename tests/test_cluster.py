@@ -180,6 +180,8 @@ def test_an_outbox_left_by_a_dead_process_is_sent_by_the_replay(
         assert len(list(cluster_client.scan_iter(match="em:{*}:outbox:*"))) == 5
         assert cluster_client.xlen(keys.CHANGES_STREAM) == 0
         assert mem.runtime.events.info()["pending"] == 5, "and nothing is acknowledged"
+        delivered = cluster_client.xpending_range(keys.EVENTS_STREAM, keys.CONSUMER_GROUP, "-", "+", 10)
+        assert {int(p["times_delivered"]) for p in delivered} == {0}, "an outage costs no delivery"
         mem.runtime.consolidator.graph = real
         report = mem.consolidate()
         assert report.replayed == 5 and report.applied == 0
