@@ -312,7 +312,8 @@ def report_checkpoint(c: dict[str, Any], err: TextIO) -> None:
         f"  checkpoint {c['tasks']:,}: {c['last_window']['tasks_per_s']} tasks/s over the last "
         f"{c['last_window']['tasks']:,} (first {c['first_window']['tasks_per_s']}), retrieve "
         f"{ms['retrieve']} ms, consolidate {ms['consolidate']} ms a task; sample p50 "
-        f"{c['retrieve_sample']['p50_ms']} ms (stages {c['retrieve_sample']['stages_mean_ms']}); RSS {c['rss_mb']['python']} + {c['rss_mb']['redis']} MB\n"
+        f"{c['retrieve_sample']['p50_ms']} ms (stages {c['retrieve_sample']['stages_mean_ms']}); "
+        f"RSS {c['rss_mb']['python']} + {c['rss_mb']['redis']} MB\n"
     )
     err.flush()
 

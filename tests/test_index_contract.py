@@ -170,7 +170,11 @@ def test_a_score_is_the_embedders_cosine_whatever_the_namespace(index: VectorInd
     """The index may lay out a namespace's vectors its own way (the Qdrant backends give each
     namespace its own sparse dimensions), never at the cost of the score Eq. 2 reads."""
     emb = HashingEmbedder()
-    texts = ["explain how to rotate the api keys", "explain how to rotate the logs", "why does the cache miss"]
+    texts = [
+        "explain how to rotate the api keys",
+        "explain how to rotate the logs",
+        "why does the cache miss",
+    ]
     vecs = emb.embed(texts)
     probe = emb.embed_one("explain how to rotate keys")
     cosine = [sum(w * v.get(k, 0.0) for k, w in probe.items()) for v in vecs]  # type: ignore[union-attr]
