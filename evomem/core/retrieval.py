@@ -17,7 +17,8 @@ template word. Either way, ties go to the insight whose best supporting query is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -164,6 +165,8 @@ def rank_insights(
     weights: Mapping[str, float] | None = None,
     scoring: Scoring = "count",
     power: float = 1.0,
+    relevance: Callable[[Candidate], float] | None = None,
+    relevance_power: float = 0.0,
 ) -> list[ScoredInsight]:
     """Top-B of the active candidates supported in Q̃ˢ (Eq. 7 and 10).
 
@@ -199,6 +202,8 @@ def rank_insights(
             sim = max(pos)
             if scoring == "weighted":
                 r = conflict_penalized_score(sum(w**power for w in pos), sum(w**power for w in neg), lam)
+                if relevance is not None and relevance_power > 0.0 and r > 0:
+                    r *= max(relevance(cand), RELEVANCE_FLOOR) ** relevance_power
             else:
                 r = conflict_penalized_score(s, c, lam)
         if r > 0:
@@ -208,6 +213,18 @@ def rank_insights(
         ScoredInsight(cand.id, cand.text, -neg_r, -neg_s, c, cand.version, -neg_sim)
         for neg_r, neg_sim, neg_s, _, _, c, cand in scored[:budget]
     ]
+
+
+#: The least text relevance an insight is ranked with: a generic insight is discounted, never dropped.
+RELEVANCE_FLOOR = 0.02
+
+
+def text_relevance(task: Set[int], insight: Set[int]) -> float:
+    """How much an insight's text is about the task: the cosine of their word 1-2-gram sets
+    (``hashing.word_features``), 0 when either has no words."""
+    if not task or not insight:
+        return 0.0
+    return len(task & insight) / math.sqrt(len(task) * len(insight))
 
 
 def _overlap(evidence: Collection[str], expanded: Collection[str]) -> int:
