@@ -208,6 +208,7 @@ class NamespaceOverrides(BaseModel):
     hops: int | None = Field(None, ge=0, le=4, description="query-graph expansion depth")
     scoring: Scoring | None = None
     similarity_power: float | None = Field(None, ge=1.0, le=8.0)
+    relevance_power: float | None = Field(None, ge=0.0, le=4.0)
     archive_policy: ArchivePolicy | None = None
     archive_ratio: float | None = Field(None, ge=0.0)
     archive_min: int | None = Field(None, ge=1, le=1000)

@@ -146,3 +146,11 @@ def test_without_relevance_the_popular_habit_comes_first(
     with _open(tmp_path, redis_url, 0.0) as memory:
         hits = first_served(memory)
     assert hits < len(TOPICS) - 1
+
+
+def test_a_namespace_can_turn_relevance_off(tmp_path: Path, redis_url: str, redis_client: Any) -> None:
+    with _open(tmp_path, redis_url, Settings().relevance_power) as memory:
+        memory.namespace_settings.set("ns", {"relevance_power": 0.0})
+        assert memory.namespace_settings("ns").relevance_power == 0.0
+        hits = first_served(memory)
+    assert hits < len(TOPICS) - 1  # as with RELEVANCE_POWER=0 globally
