@@ -154,3 +154,54 @@ def test_a_namespace_can_turn_relevance_off(tmp_path: Path, redis_url: str, redi
         assert memory.namespace_settings("ns").relevance_power == 0.0
         hits = first_served(memory)
     assert hits < len(TOPICS) - 1  # as with RELEVANCE_POWER=0 globally
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_computing_relevance_only_where_it_can_matter_gives_the_full_ranking(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    queries = {f"q{n}": rng.choice([0.2, 0.5, 0.7, 0.7, 0.9, 1.0]) for n in range(30)}
+    rel = {f"i{n}": rng.choice([0.0, 0.05, 0.1, 0.3, 0.3, 1.0]) for n in range(40)}
+    cands = [
+        cand(
+            i,
+            i,
+            rng.sample(sorted(queries), rng.randint(1, 6)),
+            rng.sample(sorted(queries), rng.randint(0, 2)),
+        )
+        for i in rel
+    ]
+    asked: list[str] = []
+
+    def relevance(c: Candidate) -> float:
+        asked.append(c.id)
+        return rel[c.id]
+
+    budget = rng.randint(1, 5)
+    ranked = rank_insights(
+        cands, set(queries), 1.0, budget, weights=queries, scoring="weighted", power=3.0,
+        relevance=relevance, relevance_power=1.0,
+    )  # fmt: skip
+    full = rank_insights(cands, set(queries), 1.0, len(cands), weights=queries, scoring="weighted", power=3.0)
+    brute = sorted(
+        (-i.score * max(rel[i.id], RELEVANCE_FLOOR), -i.similarity, -i.support, i.id) for i in full
+    )[:budget]
+    assert [(i.id, i.score) for i in ranked] == [(b[3], pytest.approx(-b[0])) for b in brute]
+    assert len(asked) <= len(full)
+
+
+def test_relevance_is_not_computed_for_a_candidate_that_cannot_be_served() -> None:
+    weights = {"same": 1.0, "far": 0.1}
+    asked: list[str] = []
+
+    def relevance(c: Candidate) -> float:
+        asked.append(c.id)
+        return 0.5
+
+    near, far = cand("near", "x", ["same"]), cand("far", "y", ["far"])  # r = 1 against 0.1
+    ranked = rank_insights(
+        [far, near], set(weights), 1.0, 1, weights=weights, scoring="weighted",
+        relevance=relevance, relevance_power=1.0,
+    )  # fmt: skip
+    assert [i.id for i in ranked] == ["near"] and asked == ["near"]  # 0.1 < 1 · 0.5: far never asked

@@ -174,7 +174,8 @@ def rank_insights(
     is a maximum. Ties go to the more similar best supporting query (with ``weights``), then to more
     support, then to the id, so the order is deterministic. ``scoring="weighted"`` needs ``weights``
     and counts each query by its weight raised to ``power`` (above 1, near-identical tasks count for
-    more against many loosely similar ones).
+    more against many loosely similar ones); with ``relevance`` (weighted only), r is multiplied by
+    max(relevance(insight), ``RELEVANCE_FLOOR``) to ``relevance_power``.
     """
     expanded = expanded if isinstance(expanded, set | frozenset) else frozenset(expanded)
     if scoring == "weighted" and weights is None:
@@ -202,13 +203,13 @@ def rank_insights(
             sim = max(pos)
             if scoring == "weighted":
                 r = conflict_penalized_score(sum(w**power for w in pos), sum(w**power for w in neg), lam)
-                if relevance is not None and relevance_power > 0.0 and r > 0:
-                    r *= max(relevance(cand), RELEVANCE_FLOOR) ** relevance_power
             else:
                 r = conflict_penalized_score(s, c, lam)
         if r > 0:
             scored.append((-r, -sim, -s, cand.id, n, c, cand))
     scored.sort()
+    if scoring == "weighted" and relevance is not None and relevance_power > 0.0:
+        scored = _by_relevance(scored, budget, relevance, relevance_power)
     return [
         ScoredInsight(cand.id, cand.text, -neg_r, -neg_s, c, cand.version, -neg_sim)
         for neg_r, neg_sim, neg_s, _, _, c, cand in scored[:budget]
@@ -217,6 +218,27 @@ def rank_insights(
 
 #: The least text relevance an insight is ranked with: a generic insight is discounted, never dropped.
 RELEVANCE_FLOOR = 0.02
+
+_Scored = tuple[float, float, int, str, int, int, Candidate]
+
+
+def _by_relevance(
+    scored: list[_Scored], budget: int, relevance: Callable[[Candidate], float], power: float
+) -> list[_Scored]:
+    """The top B after multiplying each score r by max(relevance, floor)^power. That factor is at
+    most 1, so in descending r, once r falls below the B-th best product no later candidate can
+    reach the top B: relevance is computed for the few candidates that can still be served."""
+    out: list[_Scored] = []
+    bar = 0.0  # the B-th best product so far
+    for neg_r, neg_sim, neg_s, ident, n, c, cand in scored:  # sorted by descending r
+        if len(out) >= budget and -neg_r < bar:
+            break
+        r = -neg_r * max(relevance(cand), RELEVANCE_FLOOR) ** power
+        out.append((-r, neg_sim, neg_s, ident, n, c, cand))
+        if len(out) >= budget:
+            bar = -sorted(out)[budget - 1][0]
+    out.sort()
+    return out[:budget]
 
 
 def text_relevance(task: Set[int], insight: Set[int]) -> float:
