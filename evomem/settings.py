@@ -62,6 +62,13 @@ class Settings(BaseSettings):
     similarity_power: float = Field(
         3.0, ge=1.0, le=8.0, description="weighted scoring counts a query by its similarity to this power"
     )
+    relevance_power: float = Field(
+        1.0,
+        ge=0.0,
+        le=4.0,
+        description="weighted scoring multiplies a score by how much the insight's text is about the task, "
+        "to this power",
+    )
     query_degree: int = Field(
         32, ge=0, le=10_000, description="neighbours each query keeps in the query graph, the most similar"
     )
@@ -212,6 +219,7 @@ class NamespaceOverrides(BaseModel):
     hops: int | None = Field(None, ge=0, le=4, description="query-graph expansion depth")
     scoring: Scoring | None = None
     similarity_power: float | None = Field(None, ge=1.0, le=8.0)
+    relevance_power: float | None = Field(None, ge=0.0, le=4.0)
     archive_policy: ArchivePolicy | None = None
     archive_ratio: float | None = Field(None, ge=0.0)
     archive_min: int | None = Field(None, ge=1, le=1000)

@@ -49,12 +49,14 @@ def test_a_proposal_repeating_an_insight_that_was_not_retrieved_joins_it_with_it
     ]
 
 
-def test_a_failed_task_repeating_an_insight_adds_no_twin_and_no_evidence(memory: Memory) -> None:
+def test_a_failed_task_repeating_an_insight_adds_no_twin_and_is_served_it_again(memory: Memory) -> None:
     memory.report(None, namespace=NS, query="task one", status="resolved", proposed_insight=ORIGINAL)
     memory.report(None, namespace=NS, query="task two", status="failed", proposed_insight=REWORDED)
     memory.consolidate()
     (node,) = memory.insights(NS)
-    assert len(node.positive) == 1 and node.negative == frozenset()
+    # its query joins Ω⁺ (inferred: it ranks, never counts toward archiving), as a new node's would
+    assert len(node.positive) == 2 and node.negative == frozenset()
+    assert [i.id for i in memory.retrieve("task two", NS).insights] == [node.id]
 
 
 def test_two_rewordings_in_one_batch_make_one_insight(memory: Memory) -> None:

@@ -331,14 +331,22 @@ def test_add_duplicating_the_text_of_a_revised_active_insight_adds_evidence_to_i
     assert "q3" in g.node("A2").positive
 
 
-def test_a_failed_task_re_proposing_an_insight_adds_no_evidence_to_it(store: GraphStore) -> None:
-    """A duplicate ADD is positive evidence only when the task was resolved."""
+def test_a_failed_task_re_proposing_an_insight_links_its_query_without_judging_it(store: GraphStore) -> None:
+    """A duplicate ADD puts the query in Ω⁺ as a new node's ADD would (Eq. 16), so the task that
+    taught the insight is served it when it returns; from a failed task that evidence is inferred:
+    it ranks and never counts toward the evidence policy's threshold."""
     g = Graph(store)
     g.add("A", "Check the vehicle class first.")
     result = g.apply(ADD("B", "Check the vehicle class first."), status="failed")
     assert result.outcomes[0].outcome == "duplicate"
-    assert g.node("A").positive == {"q1"}
-    assert g.node("A").version == 1
+    assert len(g.node("A").positive) == 2
+    # the same from a resolved task is judged: with ρ = 1, one judged negative archives A (1 judged
+    # positive) and not B (2)
+    g.add("B", "Read the claim's date twice.")
+    g.apply(ADD("B2", "Read the claim's date twice."), status="resolved")
+    assert len(g.node("B").positive) == 2
+    g.apply(ARCHIVE("A"), ARCHIVE("B"), ratio=1.0)
+    assert (g.node("A").state, g.node("B").state) == ("archived", "active")
 
 
 def test_revising_into_the_text_of_an_active_insight_merges_instead_of_making_a_twin(

@@ -91,7 +91,8 @@ def test_a_returning_task_is_served_the_insight_it_taught_first(
     assert paraphrase >= 0.9 * len(TOPICS), f"paraphrase: {paraphrase} of {len(TOPICS)}"
 
 
-@pytest.mark.parametrize("overrides", [{"rules_credit": "all"}], ids=["credit-all"])
+# without text relevance, which by itself puts most taught insights back first (next test)
+@pytest.mark.parametrize("overrides", [{"rules_credit": "all", "relevance_power": 0.0}], ids=["credit-all"])
 def test_crediting_every_served_insight_lets_the_first_ones_win_everywhere(
     tmp_path: Path, redis_url: str, redis_client: Any, overrides: dict[str, Any]
 ) -> None:
@@ -100,3 +101,13 @@ def test_crediting_every_served_insight_lets_the_first_ones_win_everywhere(
     with _open(tmp_path, redis_url, **overrides) as memory:
         verbatim, _ = taught_first(memory)
     assert verbatim < 0.5 * len(TOPICS)
+
+
+def test_text_relevance_holds_the_taught_insight_first_even_when_every_served_one_is_credited(
+    tmp_path: Path, redis_url: str, redis_client: Any
+) -> None:
+    """The insight a task taught is about that task; ranked with its text's relevance it stays first
+    on the same task even when the first insights gather every later task's credit."""
+    with _open(tmp_path, redis_url, rules_credit="all") as memory:
+        verbatim, _ = taught_first(memory)
+    assert verbatim >= 0.9 * len(TOPICS), f"verbatim: {verbatim} of {len(TOPICS)}"

@@ -26,7 +26,9 @@ from evomem import InvalidEventError, Memory, NotFoundError, Retrieval, Settings
 from evomem.adapters.redis.connection import connect
 from evomem.core.decisions import Controller, DecisionInput
 from evomem.core.editing import added_insight_id, event_digest, query_id_for
+from evomem.core.hashing import word_features
 from evomem.core.ports import StoredDecision
+from evomem.core.retrieval import RELEVANCE_FLOOR, text_relevance
 from schemas import AddDecision, ControllerDecision
 
 NS = "fever"
@@ -130,9 +132,13 @@ def test_report_returns_an_event_id_at_once_and_changes_nothing_until_consolidat
 def test_verdicts_keep_revise_and_the_revised_text_is_stored_verbatim(memory: Memory) -> None:
     a = add_insight(memory, "Trucks have four wheels.")
     r = memory.retrieve(TASK, namespace=NS)
-    # the same text again: weighted by a similarity of 1, the score is the count of Eq. 8
+    # the same text again: weighted by a similarity of 1, the score is the count of Eq. 8 times how
+    # much the insight's text is about the task
+    about = max(
+        text_relevance(word_features(TASK), word_features("Trucks have four wheels.")), RELEVANCE_FLOOR
+    )
     assert [(i.id, i.support, i.conflict, i.score) for i in r.insights] == [
-        (a, 1, 0, pytest.approx(1.0, abs=1e-4))
+        (a, 1, 0, pytest.approx(about, abs=1e-4))
     ]
     assert "Trucks have four wheels." in r.render()
     memory.report(r, status="resolved", insight_feedback={a: "helpful"})
@@ -163,7 +169,7 @@ def test_verdicts_keep_revise_and_the_revised_text_is_stored_verbatim(memory: Me
 def test_a_harmful_verdict_leaves_a_live_conflict_that_lambda_acts_on(open_memory: Any) -> None:
     """Evidence policy: a well-supported insight found harmful twice stays active and carries Ω⁻;
     retrieval then ranks it by s − λc, so λ = 1 serves the other insight first, λ = 0 does not."""
-    mem = open_memory(top_k=20, budget=3, lambda_=1.0)
+    mem = open_memory(top_k=20, budget=3, lambda_=1.0, relevance_power=0.0)  # s − λc alone
     a = add_insight(mem, "A: check the vehicle class.")
     b = add_insight(mem, "B: check the manufacturer.")
     for _ in range(3):
@@ -181,7 +187,9 @@ def test_a_harmful_verdict_leaves_a_live_conflict_that_lambda_acts_on(open_memor
         (b, 4, 0, pytest.approx(4.0, abs=1e-4)),
         (a, 5, 2, pytest.approx(3.0, abs=1e-4)),
     ]
-    unpenalised = open_memory(top_k=20, budget=3, lambda_=0.0).retrieve(TASK, namespace=NS)
+    unpenalised = open_memory(top_k=20, budget=3, lambda_=0.0, relevance_power=0.0).retrieve(
+        TASK, namespace=NS
+    )
     assert [(i.id, i.score) for i in unpenalised.insights] == [
         (a, pytest.approx(5.0, abs=1e-4)),
         (b, pytest.approx(4.0, abs=1e-4)),

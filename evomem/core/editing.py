@@ -23,8 +23,8 @@ implemented identically by every store (the contract suite checks that):
           retrieval, which reads evidence from the query side, finds it through those queries.
 * ADD     (κ̂, {q}, ∅, 1) (Eq. 16). If an active insight of the namespace has the same normalised
           text, or nearly the same (``twin``, found before the plan is applied: see
-          ``evomem.core.duplicates``), no twin is made; if the task was resolved, q → Ω⁺ of that insight
-          instead (a failed task's proposal is no evidence for anything).
+          ``evomem.core.duplicates``), no twin is made; q → Ω⁺ of that insight instead, judged if the
+          task was resolved and inferred if it failed (the query that taught a lesson finds it again).
 * Edges   when Ψ = resolved, (ι_a, ι_b, q) for every retrieved ι_a and every new or revised ι_b (Eq. 18).
 * Queries a query with a retrieval record is linked both ways to the similar queries it retrieved,
           each edge weighted by their cosine; one reported without (``similar`` None) is linked by

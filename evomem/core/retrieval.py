@@ -17,7 +17,8 @@ template word. Either way, ties go to the insight whose best supporting query is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -164,6 +165,8 @@ def rank_insights(
     weights: Mapping[str, float] | None = None,
     scoring: Scoring = "count",
     power: float = 1.0,
+    relevance: Callable[[Candidate], float] | None = None,
+    relevance_power: float = 0.0,
 ) -> list[ScoredInsight]:
     """Top-B of the active candidates supported in Q̃ˢ (Eq. 7 and 10).
 
@@ -171,7 +174,8 @@ def rank_insights(
     is a maximum. Ties go to the more similar best supporting query (with ``weights``), then to more
     support, then to the id, so the order is deterministic. ``scoring="weighted"`` needs ``weights``
     and counts each query by its weight raised to ``power`` (above 1, near-identical tasks count for
-    more against many loosely similar ones).
+    more against many loosely similar ones); with ``relevance`` (weighted only), r is multiplied by
+    max(relevance(insight), ``RELEVANCE_FLOOR``) to ``relevance_power``.
     """
     expanded = expanded if isinstance(expanded, set | frozenset) else frozenset(expanded)
     if scoring == "weighted" and weights is None:
@@ -204,10 +208,45 @@ def rank_insights(
         if r > 0:
             scored.append((-r, -sim, -s, cand.id, n, c, cand))
     scored.sort()
+    if scoring == "weighted" and relevance is not None and relevance_power > 0.0:
+        scored = _by_relevance(scored, budget, relevance, relevance_power)
     return [
         ScoredInsight(cand.id, cand.text, -neg_r, -neg_s, c, cand.version, -neg_sim)
         for neg_r, neg_sim, neg_s, _, _, c, cand in scored[:budget]
     ]
+
+
+#: The least text relevance an insight is ranked with: a generic insight is discounted, never dropped.
+RELEVANCE_FLOOR = 0.02
+
+_Scored = tuple[float, float, int, str, int, int, Candidate]
+
+
+def _by_relevance(
+    scored: list[_Scored], budget: int, relevance: Callable[[Candidate], float], power: float
+) -> list[_Scored]:
+    """The top B after multiplying each score r by max(relevance, floor)^power. That factor is at
+    most 1, so in descending r, once r falls below the B-th best product no later candidate can
+    reach the top B: relevance is computed for the few candidates that can still be served."""
+    out: list[_Scored] = []
+    bar = 0.0  # the B-th best product so far
+    for neg_r, neg_sim, neg_s, ident, n, c, cand in scored:  # sorted by descending r
+        if len(out) >= budget and -neg_r < bar:
+            break
+        r = -neg_r * max(relevance(cand), RELEVANCE_FLOOR) ** power
+        out.append((-r, neg_sim, neg_s, ident, n, c, cand))
+        if len(out) >= budget:
+            bar = -sorted(out)[budget - 1][0]
+    out.sort()
+    return out[:budget]
+
+
+def text_relevance(task: Set[int], insight: Set[int]) -> float:
+    """How much an insight's text is about the task: the cosine of their word 1-2-gram sets
+    (``hashing.word_features``), 0 when either has no words."""
+    if not task or not insight:
+        return 0.0
+    return len(task & insight) / math.sqrt(len(task) * len(insight))
 
 
 def _overlap(evidence: Collection[str], expanded: Collection[str]) -> int:

@@ -8,18 +8,29 @@ insights those name (active ones only), however much evidence each insight has g
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from evomem.core.hashing import word_features
 from evomem.core.ports import Embedder, GraphStore, RetrievalRecord, VectorIndex
-from evomem.core.retrieval import ScoredInsight, candidates_from_queries, expand_neighbours, rank_insights
+from evomem.core.retrieval import (
+    Candidate,
+    ScoredInsight,
+    candidates_from_queries,
+    expand_neighbours,
+    rank_insights,
+    text_relevance,
+)
 from evomem.logs import get_logger
 from evomem.settings import Settings
 from evomem.stages import stage
 
 log = get_logger("evomem.retriever")
+#: Insight word sets a retriever keeps (by id: a text never changes), the oldest dropped first.
+TEXT_FEATURES_CACHED = 8_192
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +69,8 @@ class Retriever:
         self.resolve = resolve or (lambda _namespace: settings)
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
         self._pending: list[Future[None]] = []
+        self._text_features: dict[str, frozenset[int]] = {}
+        self._text_lock = threading.Lock()
 
     def similar_queries(self, namespace: str, query: str, k: int | None = None) -> list[str]:
         vector = self.embedder.embed([query])[0]
@@ -101,6 +114,8 @@ class Retriever:
                 weights=expansion.weights,
                 scoring=s.scoring,
                 power=s.similarity_power,
+                relevance=self._relevance(query) if s.relevance_power > 0 else None,
+                relevance_power=s.relevance_power,
             )  # Eq. 8-10
         retrieval = Retrieval(
             str(uuid.uuid4()), namespace, query, tuple(ranked), expansion.similar, len(expansion.expanded)
@@ -121,6 +136,24 @@ class Retriever:
             self._pending = [f for f in self._pending if not f.done()]
             self._pending.append(self._recorder.submit(self._save, rec))
         return retrieval
+
+    def _relevance(self, query: str) -> Callable[[Candidate], float]:
+        """How much each candidate's text is about the task: the cosine of their word 1-2-gram sets
+        (``text_relevance``). An insight's text never changes, so its set is kept by id."""
+        task = word_features(query)
+        cache = self._text_features
+
+        def rel(c: Candidate) -> float:
+            words = cache.get(c.id)
+            if words is None:
+                words = frozenset(word_features(c.text))
+                with self._text_lock:  # retrievals may run on several threads (the HTTP service)
+                    if len(cache) >= TEXT_FEATURES_CACHED:
+                        del cache[next(iter(cache))]  # the oldest entry: dicts keep insertion order
+                    cache[c.id] = words
+            return text_relevance(task, words)
+
+        return rel
 
     def _save(self, record: RetrievalRecord) -> None:
         try:

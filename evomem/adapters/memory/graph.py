@@ -234,9 +234,9 @@ class InMemoryGraphStore:
             assert edit.new_id and edit.text and edit.text_key
             twin = self._active_twin(plan, edit)
             if twin is not None:
-                if plan.status == "resolved":
-                    self._positive(twin, query, ev)
-                    self._touch(twin, plan, ev, False)
+                # evidence as a new node's would be (Eq. 16); judged only from a resolved task
+                self._positive(twin, query, ev, plan.status == "resolved")
+                self._touch(twin, plan, ev, False)
                 return EditOutcome("ADD", twin.id, "duplicate")
             new = self._create(plan, edit, None, ev)
             self._positive(new, query, ev)

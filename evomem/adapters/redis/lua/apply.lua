@@ -190,11 +190,11 @@ for _, e in ipairs(plan.edits) do
   if e.op == 'ADD' then
     local twin = active_twin(e)
     if twin then
-      -- no twin; a resolved task is positive evidence for the insight it re-proposed
-      if plan.status == 'resolved' then
-        positive(twin, true)
-        touch(twin, false)
-      end
+      -- no twin; the task is positive evidence for the insight it re-proposed, as it would be for a
+      -- new one (Eq. 16), so the query that taught it finds it again; judged only when the task was
+      -- resolved (a failed task's proposal ranks, and never counts toward the archive threshold)
+      positive(twin, plan.status == 'resolved')
+      touch(twin, false)
       o.insight_id = twin
       o.outcome = 'duplicate'
     else

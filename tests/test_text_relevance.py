@@ -1,0 +1,207 @@
+"""Text relevance in the weighted ranking (beyond the paper): an insight's score is multiplied by how
+much its text is about the task, so among insights supported by look-alike tasks the one that speaks
+of this task's subject comes first. ``scoring="count"`` (Eq. 8-9) never looks at it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evomem import Memory, Settings
+from evomem.core.hashing import word_features
+from evomem.core.retrieval import RELEVANCE_FLOOR, Candidate, rank_insights, text_relevance
+
+TASK = "Write a short guide to git bisect for the team wiki"
+ABOUT_IT = "For git bisect, check the good commit first."
+GENERIC = "Re-read the task statement before the final step."
+
+
+def cand(i: str, text: str, pos: Collection[str] = (), neg: Collection[str] = ()) -> Candidate:
+    return Candidate(i, text, frozenset(pos), frozenset(neg))
+
+
+def relevance_to(task: str) -> Any:
+    words = word_features(task)
+    return lambda c: text_relevance(words, word_features(c.text))
+
+
+def test_text_relevance_is_the_cosine_of_word_sets() -> None:
+    words = word_features(TASK)
+    assert text_relevance(words, words) == pytest.approx(1.0)
+    assert text_relevance(words, word_features("entirely unrelated phrase")) == 0.0
+    assert text_relevance(words, set()) == 0.0
+    about, generic = word_features(ABOUT_IT), word_features(GENERIC)
+    assert text_relevance(words, about) > text_relevance(words, generic)
+
+
+# the generic insight is supported by three look-alike tasks, the specific one by one
+WEIGHTS = {"alike1": 0.8, "alike2": 0.8, "alike3": 0.8, "same-topic": 0.8}
+POPULAR = cand("popular", GENERIC, ["alike1", "alike2", "alike3"])
+SPECIFIC = cand("specific", ABOUT_IT, ["same-topic"])
+
+
+def test_an_insight_about_the_task_outranks_one_with_more_look_alike_support() -> None:
+    plain = rank_insights([POPULAR, SPECIFIC], set(WEIGHTS), 1.0, 3, weights=WEIGHTS, scoring="weighted")
+    assert [i.id for i in plain] == ["popular", "specific"]
+    ranked = rank_insights(
+        [POPULAR, SPECIFIC],
+        set(WEIGHTS),
+        1.0,
+        3,
+        weights=WEIGHTS,
+        scoring="weighted",
+        relevance=relevance_to(TASK),
+        relevance_power=2.0,
+    )
+    assert [i.id for i in ranked] == ["specific", "popular"]  # discounted, still served
+    assert [(i.support, i.conflict) for i in ranked] == [(1, 0), (3, 0)]  # the counts of Eq. 9 as ever
+    generic = text_relevance(word_features(TASK), word_features(GENERIC))
+    expected = 3 * 0.8 * max(generic, RELEVANCE_FLOOR) ** 2
+    assert ranked[1].score == pytest.approx(expected)
+
+
+def test_relevance_never_serves_what_evidence_holds_back() -> None:
+    harmed = cand("harmed", ABOUT_IT, ["same-topic"], ["alike1", "alike2"])
+    assert (
+        rank_insights(
+            [harmed],
+            set(WEIGHTS),
+            1.0,
+            3,
+            weights=WEIGHTS,
+            scoring="weighted",
+            relevance=relevance_to(TASK),
+            relevance_power=2.0,
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize("power", [0.0, 2.0])
+def test_count_scoring_is_the_papers_whatever_the_relevance(power: float) -> None:
+    ranked = rank_insights(
+        [POPULAR, SPECIFIC],
+        set(WEIGHTS),
+        1.0,
+        3,
+        weights=WEIGHTS,
+        scoring="count",
+        relevance=relevance_to(TASK),
+        relevance_power=power,
+    )
+    assert [(i.id, i.score) for i in ranked] == [("popular", 3.0), ("specific", 1.0)]
+
+
+TOPICS = ["git bisect", "git rebase", "oauth scopes", "cache eviction", "tcp keepalive", "heap sort"]
+HABIT = "Re-read the task statement before the final step and confirm every requirement is met."
+
+
+def lesson(topic: str) -> str:
+    return f"For {topic}, check what the {topic} setup expects first and write it down."
+
+
+def first_served(memory: Memory) -> int:
+    """Every topic's task teaches its lesson once; a generic habit is judged helpful on every task
+    and on a look-alike task per topic too. Then each task returns lightly reworded: how often is
+    its own lesson served first?"""
+    for topic in TOPICS:
+        for detail in ("for the payments service", "before the Friday release"):
+            r = memory.retrieve(f"Write a short guide to {topic} for the team wiki, {detail}", "ns")
+            feedback = {i.id: "helpful" for i in r.insights if i.text == HABIT}
+            teach = HABIT if topic == TOPICS[0] and not r.insights else None
+            if detail.startswith("for") and topic != TOPICS[0]:
+                teach = lesson(topic)
+            memory.report(r, status="resolved", insight_feedback=feedback or None, proposed_insight=teach)
+            memory.consolidate()
+    hits = 0
+    for topic in TOPICS[1:]:
+        r = memory.retrieve(f"Draft a brief guide on {topic} for our wiki, for the payments service", "ns")
+        hits += bool(r.insights) and r.insights[0].text == lesson(topic)
+    return hits
+
+
+def _open(tmp_path: Path, redis_url: str, power: float) -> Memory:
+    mem = Memory.open(
+        Settings(data_dir=tmp_path / "d", redis_url=redis_url, controller="rules", relevance_power=power)
+    )
+    assert isinstance(mem, Memory)
+    return mem
+
+
+def test_a_reworded_task_gets_its_own_lesson_before_a_popular_habit(
+    tmp_path: Path, redis_url: str, redis_client: Any
+) -> None:
+    with _open(tmp_path, redis_url, Settings().relevance_power) as memory:
+        hits = first_served(memory)
+    assert hits == len(TOPICS) - 1
+
+
+def test_without_relevance_the_popular_habit_comes_first(
+    tmp_path: Path, redis_url: str, redis_client: Any
+) -> None:
+    with _open(tmp_path, redis_url, 0.0) as memory:
+        hits = first_served(memory)
+    assert hits < len(TOPICS) - 1
+
+
+def test_a_namespace_can_turn_relevance_off(tmp_path: Path, redis_url: str, redis_client: Any) -> None:
+    with _open(tmp_path, redis_url, Settings().relevance_power) as memory:
+        memory.namespace_settings.set("ns", {"relevance_power": 0.0})
+        assert memory.namespace_settings("ns").relevance_power == 0.0
+        hits = first_served(memory)
+    assert hits < len(TOPICS) - 1  # as with RELEVANCE_POWER=0 globally
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_computing_relevance_only_where_it_can_matter_gives_the_full_ranking(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    queries = {f"q{n}": rng.choice([0.2, 0.5, 0.7, 0.7, 0.9, 1.0]) for n in range(30)}
+    rel = {f"i{n}": rng.choice([0.0, 0.05, 0.1, 0.3, 0.3, 1.0]) for n in range(40)}
+    cands = [
+        cand(
+            i,
+            i,
+            rng.sample(sorted(queries), rng.randint(1, 6)),
+            rng.sample(sorted(queries), rng.randint(0, 2)),
+        )
+        for i in rel
+    ]
+    asked: list[str] = []
+
+    def relevance(c: Candidate) -> float:
+        asked.append(c.id)
+        return rel[c.id]
+
+    budget = rng.randint(1, 5)
+    ranked = rank_insights(
+        cands, set(queries), 1.0, budget, weights=queries, scoring="weighted", power=3.0,
+        relevance=relevance, relevance_power=1.0,
+    )  # fmt: skip
+    full = rank_insights(cands, set(queries), 1.0, len(cands), weights=queries, scoring="weighted", power=3.0)
+    brute = sorted(
+        (-i.score * max(rel[i.id], RELEVANCE_FLOOR), -i.similarity, -i.support, i.id) for i in full
+    )[:budget]
+    assert [(i.id, i.score) for i in ranked] == [(b[3], pytest.approx(-b[0])) for b in brute]
+    assert len(asked) <= len(full)
+
+
+def test_relevance_is_not_computed_for_a_candidate_that_cannot_be_served() -> None:
+    weights = {"same": 1.0, "far": 0.1}
+    asked: list[str] = []
+
+    def relevance(c: Candidate) -> float:
+        asked.append(c.id)
+        return 0.5
+
+    near, far = cand("near", "x", ["same"]), cand("far", "y", ["far"])  # r = 1 against 0.1
+    ranked = rank_insights(
+        [far, near], set(weights), 1.0, 1, weights=weights, scoring="weighted",
+        relevance=relevance, relevance_power=1.0,
+    )  # fmt: skip
+    assert [i.id for i in ranked] == ["near"] and asked == ["near"]  # 0.1 < 1 · 0.5: far never asked
