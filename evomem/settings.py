@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./.evomem")
     redis_url: str | None = None
     qdrant_url: str | None = None
+    index_dir: Path | None = Field(
+        None,
+        description="this process's embedded Qdrant store (its index replica); unset: DATA_DIR/qdrant",
+    )
     qdrant_api_key: SecretStr | None = None
 
     top_k: int = Field(5, ge=1, le=1000, description="similar past queries per retrieval (k, Eq. 2)")
@@ -125,10 +129,27 @@ class Settings(BaseSettings):
         1000, ge=1, description="open connections past which the service answers 503 at once"
     )
 
+    http_workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="retrieval processes `evomem serve` runs on its port, each with its own index replica",
+    )
+    stale_after_s: float = Field(
+        5.0,
+        gt=0,
+        description="a retrieval process whose index is this far behind the change feed answers stale",
+    )
+
     tenancy_cache_s: float = Field(
         2.0,
         ge=0.0,
         description="how long a process keeps per-namespace settings and run-time tokens it has read",
+    )
+    tenancy_cache_entries: int = Field(
+        10_000,
+        ge=1,
+        description="per-namespace settings, and run-time tokens, a process keeps at most (each)",
     )
 
     # The MCP server (`evomem mcp`).

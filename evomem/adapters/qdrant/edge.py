@@ -65,12 +65,17 @@ class _Guarded:
         return call
 
 
+def edge_identity(directory: Path) -> str:
+    """The name an embedded store's projector cursor is kept under in Redis."""
+    return f"edge:{directory.resolve()}"
+
+
 class EdgeIndex:
     """A ``VectorIndex`` on two Qdrant Edge shards."""
 
     def __init__(self, directory: Path, kind: Literal["sparse", "dense"], dim: int) -> None:
         self.dir = directory.resolve()
-        self.identity = f"edge:{self.dir}"
+        self.identity = edge_identity(self.dir)
         self.kind = kind
         self.fresh = False
         self._check_layout()
@@ -248,4 +253,4 @@ class EdgeIndex:
             shard.close()
 
 
-__all__ = ["EdgeIndex"]
+__all__ = ["EdgeIndex", "edge_identity"]

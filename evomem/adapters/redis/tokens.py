@@ -25,7 +25,6 @@ from evomem.errors import EvomemError, InvalidEventError, NotFoundError
 from schemas.models import Namespace
 
 TOKEN_PREFIX = "emk_"
-CACHE_ENTRIES = 10_000
 ALL = "*"
 
 
@@ -52,9 +51,10 @@ def digest(token: str) -> str:
 
 
 class TokenStore:
-    def __init__(self, client: Client, ttl_s: float = 2.0) -> None:
+    def __init__(self, client: Client, ttl_s: float = 2.0, max_entries: int = 10_000) -> None:
         self.client = mapped(client)
         self.ttl_s = ttl_s
+        self.max_entries = max_entries
         self._cache: OrderedDict[str, tuple[float, TokenRecord | None]] = OrderedDict()
         self._any: tuple[float, bool] = (-1e9, False)
         self._lock = threading.Lock()
@@ -106,7 +106,7 @@ class TokenStore:
         with self._lock:
             self._cache[h] = (now, record)
             self._cache.move_to_end(h)
-            while len(self._cache) > CACHE_ENTRIES:
+            while len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)
         return record
 
