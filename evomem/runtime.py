@@ -154,7 +154,7 @@ def open_index(settings: Settings) -> VectorIndex:
     """Qdrant Edge under DATA_DIR, or a Qdrant server at ``EVOMEM_QDRANT_URL``."""
     embedder = make_embedder(settings)
     if settings.qdrant_url is None:
-        return EdgeIndex(index_dir(settings), embedder.kind, embedder.dim)
+        return EdgeIndex(index_dir(settings), embedder.kind, embedder.dim, settings.index_memory)
     from evomem.adapters.qdrant.client import ClientIndex
 
     return ClientIndex.connect(settings, embedder.kind, embedder.dim)

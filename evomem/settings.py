@@ -34,6 +34,11 @@ class Settings(BaseSettings):
         description="this process's embedded Qdrant store (its index replica); unset: DATA_DIR/qdrant",
     )
     qdrant_api_key: SecretStr | None = None
+    index_memory: Literal["pinned", "cached", "cold"] = Field(
+        "pinned",
+        description="where the embedded store keeps its vectors' index: pinned in RAM, cached (mapped, "
+        "paged in on use), cold (read from disk); the payload is always on disk",
+    )
 
     top_k: int = Field(5, ge=1, le=1000, description="similar past queries per retrieval (k, Eq. 2)")
     hops: int = Field(1, ge=0, le=4, description="query-graph expansion depth (Eq. 3)")

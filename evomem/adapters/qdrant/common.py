@@ -74,6 +74,21 @@ def serving_from_payload(p: dict[str, Any]) -> ServingInsight:
     return ServingInsight(p["id"], p["text"], int(p.get("version", 0)), tuple(p.get("inherits") or ()))
 
 
+def top_k_deterministic(search: Any, k: int, score: Any, node_id: Any) -> list[Any]:
+    """The top ``k`` of ``search(limit)`` by score, ties broken by node id. The engine breaks ties
+    by where a point sits in its segments, which differs between two replicas of the same data (a
+    copy caught up by replay, a store rebuilt): two processes would serve different insights for
+    templated tasks whose past queries score exactly alike. One more hit is asked for; only when it
+    ties with the k-th is the search repeated wider and sorted."""
+    if k <= 0:
+        return []
+    hits = list(search(k + 1))
+    if len(hits) > k and score(hits[k]) == score(hits[k - 1]):
+        hits = list(search(4 * k + 16))
+    hits.sort(key=lambda h: (-score(h), node_id(h)))
+    return hits[:k]
+
+
 def latest(points: Any) -> list[Any]:
     """The newest of each node among (point, vector) pairs, by (namespace, id)."""
     out: dict[tuple[str, str], Any] = {}

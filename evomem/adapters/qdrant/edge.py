@@ -26,6 +26,7 @@ from evomem.adapters.qdrant.common import (
     query_payload,
     query_point_id,
     serving_from_payload,
+    top_k_deterministic,
 )
 from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
 from evomem.core.retrieval import ServingInsight
@@ -65,6 +66,9 @@ class _Guarded:
         return call
 
 
+_MEMORY = {"pinned": qe.Memory.Pinned, "cached": qe.Memory.Cached, "cold": qe.Memory.Cold}
+
+
 def edge_identity(directory: Path) -> str:
     """The name an embedded store's projector cursor is kept under in Redis."""
     return f"edge:{directory.resolve()}"
@@ -73,8 +77,15 @@ def edge_identity(directory: Path) -> str:
 class EdgeIndex:
     """A ``VectorIndex`` on two Qdrant Edge shards."""
 
-    def __init__(self, directory: Path, kind: Literal["sparse", "dense"], dim: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        kind: Literal["sparse", "dense"],
+        dim: int,
+        memory: Literal["pinned", "cached", "cold"] = "pinned",
+    ) -> None:
         self.dir = directory.resolve()
+        self.memory = _MEMORY[memory]
         self.identity = edge_identity(self.dir)
         self.kind = kind
         self.fresh = False
@@ -99,15 +110,20 @@ class EdgeIndex:
 
     def _open(self, name: str, kind: str, dim: int, indexes: Sequence[tuple[str, str]]) -> Any:
         path = self.dir / name
+        # the payload stays on disk (Edge's default, mmap); ``memory`` places the vectors' index
         if kind == "sparse":
-            sparse = qe.EdgeSparseVectorParams(full_scan_threshold=SPARSE_FULL_SCAN_THRESHOLD)
-            config = qe.EdgeConfig(sparse_vectors={VECTOR_NAME: sparse})
+            sparse = qe.EdgeSparseVectorParams(
+                full_scan_threshold=SPARSE_FULL_SCAN_THRESHOLD, memory=self.memory
+            )
+            config = qe.EdgeConfig(sparse_vectors={VECTOR_NAME: sparse}, payload_memory=qe.Memory.Cold)
         else:
-            params = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
-            config = qe.EdgeConfig(vectors={VECTOR_NAME: params})
+            params = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=self.memory)
+            config = qe.EdgeConfig(vectors={VECTOR_NAME: params}, payload_memory=qe.Memory.Cold)
         try:
             if (path / "segments").exists():
-                return _Guarded(qe.EdgeShard.load(str(path)), str(path))
+                # the configuration given again: a changed EVOMEM_INDEX_MEMORY applies to a store
+                # that exists (the engine checks the rest is compatible and rewrites its config)
+                return _Guarded(qe.EdgeShard.load(str(path), config), str(path))
             path.mkdir(parents=True, exist_ok=True)
             shard = _Guarded(qe.EdgeShard.create(str(path), config), str(path))
         except Exception as exc:  # the engine raises a bare exception type for a held WAL lock
@@ -185,8 +201,12 @@ class EdgeIndex:
         return qe.FieldCondition(field, match=qe.MatchValue(value))
 
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
-        hits = self._nearest(
-            self.queries, vector, [self._match("namespace", namespace)], k, ["id", "supports", "harms"]
+        conditions = [self._match("namespace", namespace)]
+        hits = top_k_deterministic(
+            lambda limit: self._nearest(self.queries, vector, conditions, limit, ["id", "supports", "harms"]),
+            k,
+            lambda h: float(h.score),
+            lambda h: h.payload["id"],
         )
         return [hit_from_payload(h.payload, float(h.score)) for h in hits if h.score > 0]
 
