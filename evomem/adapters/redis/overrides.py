@@ -9,6 +9,7 @@ retrieval path pays one dictionary lookup, and a change reaches every process wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -46,8 +47,8 @@ class NamespaceSettings:
         self.base = base
         self.ttl_s = base.tenancy_cache_s if ttl_s is None else ttl_s
         self.max_entries = base.tenancy_cache_entries
-        # bounded: the namespace read from Redis longest ago goes first, so a fleet of a million
-        # namespaces cannot grow it past the setting
+        # bounded, least recently used out: a fleet of a million namespaces cannot grow it past
+        # the setting
         self._cache: OrderedDict[str, tuple[float, Settings]] = OrderedDict()
         self.hits = self.misses = 0
         self._lock = threading.Lock()
@@ -58,6 +59,8 @@ class NamespaceSettings:
         hit = self._cache.get(namespace)
         if hit is not None and now - hit[0] < self.ttl_s:
             self.hits += 1
+            with self._lock, contextlib.suppress(KeyError):  # least recently used goes first
+                self._cache.move_to_end(namespace)
             return hit[1]
         self.misses += 1
         try:

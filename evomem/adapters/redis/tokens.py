@@ -8,6 +8,7 @@ works, and a revoked one stops working, within that time and without a restart.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import secrets
@@ -55,6 +56,7 @@ class TokenStore:
         self.client = mapped(client)
         self.ttl_s = ttl_s
         self.max_entries = max_entries
+        self.hits = self.misses = 0
         self._cache: OrderedDict[str, tuple[float, TokenRecord | None]] = OrderedDict()
         self._any: tuple[float, bool] = (-1e9, False)
         self._lock = threading.Lock()
@@ -97,7 +99,11 @@ class TokenStore:
         now = time.monotonic()
         hit = self._cache.get(h)
         if hit is not None and now - hit[0] < self.ttl_s:
+            self.hits += 1
+            with self._lock, contextlib.suppress(KeyError):  # least recently used goes first
+                self._cache.move_to_end(h)
             return hit[1]
+        self.misses += 1
         try:
             raw = self.client.hget(keys.TOKENS, h)
         except (EvomemError, redis.RedisError, OSError):
