@@ -184,3 +184,24 @@ def test_a_replica_behind_by_more_than_the_setting_answers_stale(
         assert mem.projector is not None and mem.projector.run_once().changes > 0
         service._stale = (0.0, 0.0)
         assert service.health()[1]["stale"] is False
+
+
+def test_a_process_that_dies_is_started_again_on_its_own_replica(served: tuple[str, Settings]) -> None:
+    url, _ = served
+    conns = _one_connection_per_process(url, 2)
+    indexes = {pid: c.health()["replica"]["index"] for pid, c in conns.items()}
+    for conn in conns.values():
+        conn.http.close()
+    victim = min(indexes)
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    seen: dict[int, str] = {}
+    while not (len(seen) == 2 and victim not in seen):  # new connections, until the new process takes one
+        assert time.monotonic() < deadline, f"no process took the place of {victim}: {seen}"
+        conn = _Conn(url)
+        try:
+            seen[int(conn.health()["replica"]["pid"])] = conn.health()["replica"]["index"]
+        finally:
+            conn.http.close()
+        seen.pop(victim, None)
+    assert sorted(seen.values()) == sorted(indexes.values())  # the new one holds the dead one's store
