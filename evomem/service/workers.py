@@ -34,6 +34,7 @@ log = get_logger("evomem.service")
 
 READY = "ready"
 RESTART_BACKOFF_MAX_S = 10.0
+STABLE_AFTER_S = 60.0  # a process that served this long and then died starts again at once
 STOP_GRACE_S = 15.0
 
 
@@ -46,6 +47,8 @@ class _Child:
         self.fd = fd
         self.proc: subprocess.Popen[str] | None = None
         self.restarts = 0
+        self.failing = 0  # exits in a row, each soon after its start: what the backoff doubles on
+        self.started_at = 0.0
 
     def start(self) -> None:
         """Start the process and wait until it serves (its store is open and caught up)."""
@@ -58,6 +61,7 @@ class _Child:
             text=True,
         )
         self.proc = proc
+        self.started_at = time.monotonic()
         assert proc.stdout is not None
         line = proc.stdout.readline()  # EOF if it exits before it serves
         proc.stdout.close()
@@ -149,10 +153,12 @@ def _supervise(children: list[_Child], stop: threading.Event) -> None:
             if proc is None or proc.poll() is None:
                 continue
             child.restarts += 1
+            lived = time.monotonic() - child.started_at
+            child.failing = child.failing + 1 if lived < STABLE_AFTER_S else 1
             log.warning(
                 "service.process_exited", number=child.number, code=proc.returncode, restarts=child.restarts
             )
-            if stop.wait(min(RESTART_BACKOFF_MAX_S, 0.1 * 2 ** min(child.restarts, 8))):
+            if stop.wait(min(RESTART_BACKOFF_MAX_S, 0.1 * 2 ** min(child.failing, 8))):
                 return
             try:
                 child.start()
