@@ -34,7 +34,7 @@ log = get_logger("evomem.service")
 
 READY = "ready"
 RESTART_BACKOFF_MAX_S = 10.0
-STABLE_AFTER_S = 60.0  # a process that served this long and then died starts again at once
+STABLE_AFTER_S = 60.0  # a process that served this long and then died gets the shortest backoff
 STOP_GRACE_S = 15.0
 
 
