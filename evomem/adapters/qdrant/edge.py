@@ -201,14 +201,22 @@ class EdgeIndex:
         return qe.FieldCondition(field, match=qe.MatchValue(value))
 
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
+        # ids and scores of a few more than k (past queries of templated tasks often score exactly
+        # alike: the cut must see every tie), then the evidence of the k kept, by id: the evidence
+        # arrays are read for k queries only, and one search suffices unless the tie runs longer
         conditions = [self._match("namespace", namespace)]
         hits = top_k_deterministic(
-            lambda limit: self._nearest(self.queries, vector, conditions, limit, ["id", "supports", "harms"]),
+            lambda limit: self._nearest(self.queries, vector, conditions, limit, ["id"]),
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
+            first=2 * k + 8,
         )
-        return [hit_from_payload(h.payload, float(h.score)) for h in hits if h.score > 0]
+        kept = [(h.payload["id"], float(h.score)) for h in hits if h.score > 0]
+        evidence = self.query_evidence(namespace, [q for q, _ in kept])
+        return [
+            QueryHit(q, score, e.supports, e.harms) for q, score in kept if (e := evidence.get(q)) is not None
+        ]
 
     def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
         if not ids:
