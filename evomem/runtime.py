@@ -321,8 +321,9 @@ def open_runtime(settings: Settings, *, index: bool = True) -> Runtime:
 
 # -- index replicas (``evomem serve --workers N``) ---------------------------------------------------
 #: A replica behind the first one by more changes than this is replaced by a copy of it rather than
-#: brought up to date by replaying the feed: replay projects a few thousand changes a second here,
-#: a copy moves the store at disk speed (bench/README.md, "index replicas").
+#: brought up to date by replaying the feed: replay re-embeds and writes every node (1,100 to 3,100
+#: changes a second here), a copy moves the store at disk speed, 100-190 times sooner at 10k-1M
+#: insights (bench/README.md, "Several retrieval processes and a million insights").
 REPLICA_COPY_AFTER_CHANGES = 10_000
 
 
