@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install llm-local demo demo-llm test test-slow test-all test-llm lint format bench bench-quality bench-growth schemas up down clean
+.PHONY: install llm-local demo demo-llm test test-slow test-all test-llm lint format bench bench-quality bench-growth bench-cluster schemas up down clean
 
 install: $(STAMP)
 
@@ -67,6 +67,9 @@ bench: install           ## benchmarks; figures printed and merged into bench/re
 
 bench-growth: install    ## cost per task as the memory learns (10k and 100k tasks), and the hot insight
 	$(BIN)/python -m bench.growth
+
+bench-cluster: install   ## one server against a local Redis Cluster (3 masters + 3 replicas): report, consolidate, retrieve
+	$(BIN)/python -m bench.cluster
 
 bench-quality: install   ## long-horizon memory quality (bench/README.md); figures into bench/results.json
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

@@ -39,6 +39,7 @@ from bench.probes import Progress, ProjectionTimer, cpu_s, redis_pid, redis_used
 from bench.report import checks, format_table, profile_summary
 from bench.world import Agent, Task, World
 from evomem import ConsolidationReport, Memory, Settings
+from evomem.stages import recording
 
 RESULTS_KEY = "growth"
 RESULTS_SCHEMA = 1
@@ -223,9 +224,11 @@ def checkpoint(build: Build, first_window: int, window_size: int, sample: Sequen
     samples = []
     served = 0
     expanded = []
+    stages: dict[str, int] = {}  # the retriever's own stage timings, summed over the sample
     for t in sample:
         t0 = time.perf_counter_ns()
-        r = mem.retriever.retrieve(t.text, t.namespace, record=False)
+        with recording(stages):
+            r = mem.retriever.retrieve(t.text, t.namespace, record=False)
         samples.append(time.perf_counter_ns() - t0)
         served += len(r.insights)
         expanded.append(r.expanded)
@@ -242,6 +245,8 @@ def checkpoint(build: Build, first_window: int, window_size: int, sample: Sequen
             # |Q̃|: the similar queries and their neighbours (Eq. 3-4)
             "expanded_mean": round(float(np.mean(expanded)), 1) if expanded else None,
             "expanded_p99": float(np.percentile(expanded, 99)) if expanded else None,
+            # where a retrieval's time goes (evomem.stages), mean ms per retrieval
+            "stages_mean_ms": {k: round(v / 1e6 / max(len(samples), 1), 4) for k, v in stages.items()},
         },
         "retrieve_in_build_last_window": summarise(list(build.recent_retrieve_ns)),
         "served_mean_in_build": round(build.served / max(n, 1), 3),
@@ -307,7 +312,8 @@ def report_checkpoint(c: dict[str, Any], err: TextIO) -> None:
         f"  checkpoint {c['tasks']:,}: {c['last_window']['tasks_per_s']} tasks/s over the last "
         f"{c['last_window']['tasks']:,} (first {c['first_window']['tasks_per_s']}), retrieve "
         f"{ms['retrieve']} ms, consolidate {ms['consolidate']} ms a task; sample p50 "
-        f"{c['retrieve_sample']['p50_ms']} ms; RSS {c['rss_mb']['python']} + {c['rss_mb']['redis']} MB\n"
+        f"{c['retrieve_sample']['p50_ms']} ms (stages {c['retrieve_sample']['stages_mean_ms']}); "
+        f"RSS {c['rss_mb']['python']} + {c['rss_mb']['redis']} MB\n"
     )
     err.flush()
 

@@ -271,6 +271,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import os
 
     settings = Settings()
+    from evomem.runtime import broker_redis_url
+
+    broker_redis_url(settings)  # a cluster without a broker is refused here, not by Celery's fallback
     port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
     if port is not None:
         _serve_worker_metrics(settings, port)  # first: it names the metric files' directory

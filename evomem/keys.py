@@ -28,8 +28,8 @@ CONSUMER_GROUP = "consolidators"
 NAMESPACES = f"{PREFIX}:namespaces"  # set of namespaces ever written
 INSIGHT_DIRECTORY = f"{PREFIX}:ids"  # hash: insight id -> its namespace (insight ids are unique)
 
-QUERY_COLLECTION = "evomem_queries_v2"  # the layout is in the name: a new layout, a new read model
-INSIGHT_COLLECTION = "evomem_insights_v2"
+QUERY_COLLECTION = "evomem_queries_v3"  # the layout is in the name: a new layout, a new read model
+INSIGHT_COLLECTION = "evomem_insights_v3"
 
 #: The kind words of a namespace's keys, as the Lua scripts spell them after ``ns_prefix``.
 LUA_KINDS = (
@@ -52,6 +52,7 @@ LUA_KINDS = (
     "dup",
     "quota",
     "recent",
+    "outbox",
 )
 
 
@@ -167,14 +168,37 @@ NAMESPACES_WITH_SETTINGS = f"{PREFIX}:settings:namespaces"  # set: namespaces th
 TOKENS = f"{PREFIX}:tokens"  # hash: sha256 of an API token -> its record (JSON); the token is never kept
 
 
+def hash_tag(key: str) -> str:
+    """What Redis Cluster hashes of ``key``: the text between its first ``{`` and the next ``}``
+    when that is not empty, else the whole key."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
+
+
+def barrier(key: str) -> str:
+    """A key in ``key``'s hash slot that only a durability check writes (``connection.durable``)."""
+    return f"{PREFIX}:barrier:{{{hash_tag(key)}}}"
+
+
+def outbox(namespace: str, event_id: str) -> str:
+    """On a Redis Cluster: what an applied event still has to write outside its namespace's slot
+    (the change feed, the history stream, the id directory), until that is written (JSON)."""
+    return _key(namespace, "outbox", event_id)
+
+
 def projector_cursor(index_identity: str) -> str:
     return f"{PREFIX}:projector:{index_identity}"
 
 
 def llm_limit(scope: str, kind: str) -> str:
     """The shared LLM rate limit of one endpoint and model: ``requests`` and ``tokens`` buckets
-    (hashes of level and time) and ``blocked`` (until when a Retry-After holds every worker back)."""
-    return f"{PREFIX}:llm:limit:{scope}:{kind}"
+    (hashes of level and time) and ``blocked`` (until when a Retry-After holds every worker back).
+    The scope is a hash tag: the three keys share a slot, as the script that reads them needs."""
+    return f"{PREFIX}:llm:limit:{{{scope}}}:{kind}"
 
 
 LLM_USAGE = f"{PREFIX}:llm:usage"  # hash of token counters per model, operation and failure kind

@@ -28,7 +28,7 @@ from typing import Any
 
 from evomem.adapters.qdrant.edge import EdgeIndex, edge_identity
 from evomem.adapters.redis.changes import RedisChangeFeed, cursor_order
-from evomem.adapters.redis.connection import Client, EmbeddedRedis, connect, mapped
+from evomem.adapters.redis.connection import Client, EmbeddedRedis, connect, is_cluster_url, mapped
 from evomem.adapters.redis.events import EventStream
 from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.adapters.redis.overrides import NamespaceSettings
@@ -51,6 +51,8 @@ log = get_logger("evomem.runtime")
 
 __all__ = [
     "Runtime",
+    "broker_redis_url",
+    "connect_broker",
     "connect_redis",
     "default_consumer",
     "ensure_redis",
@@ -76,6 +78,25 @@ def redis_url(settings: Settings) -> str:
     if settings.redis_url is not None:
         return settings.redis_url
     return EmbeddedRedis(settings.data_dir).ensure()
+
+
+def broker_redis_url(settings: Settings) -> str:
+    """The Redis that carries Celery's queue: ``BROKER_URL``, else the Redis of the settings. kombu
+    has no Redis Cluster transport, so a cluster needs a separate single server for the broker."""
+    if settings.broker_url is not None:
+        return settings.broker_url
+    url = redis_url(settings)
+    if is_cluster_url(url):
+        raise ConfigError(
+            "EVOMEM_REDIS_URL is a Redis Cluster, which Celery's broker cannot use: set EVOMEM_BROKER_URL "
+            "to a single Redis server for the workers' task queue"
+        )
+    return url
+
+
+def connect_broker(settings: Settings) -> Client:
+    """A client of the broker's Redis (the pump reads the task queue's length there)."""
+    return connect(broker_redis_url(settings))
 
 
 def connect_redis(settings: Settings) -> Client:
@@ -177,8 +198,15 @@ class Runtime:
         self.redis = client
         self.index = index
         self._embedded = embedded
-        self.graph = RedisGraphStore(client, degree=settings.query_degree)
-        self.events = EventStream(client, settings.stream_maxlen)
+        self.graph = RedisGraphStore(
+            client, settings.query_degree, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+        )
+        self.events = EventStream(
+            client,
+            settings.stream_maxlen,
+            wait_replicas=settings.redis_wait_replicas,
+            wait_timeout_ms=settings.redis_wait_timeout_ms,
+        )
         self.changes = RedisChangeFeed(client)
         self.quotas = Quotas(client, settings)
         self.embedder = make_embedder(settings)
@@ -394,8 +422,15 @@ def open_worker(
     (by default this process's worker metrics, ``evomem.ops.worker_metrics``)."""
     settings = settings or Settings()
     client = mapped(connect_redis(settings) if client is None else client)
-    graph = RedisGraphStore(client, degree=settings.query_degree)
-    events = EventStream(client, settings.stream_maxlen)
+    graph = RedisGraphStore(
+        client, settings.query_degree, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+    )
+    events = EventStream(
+        client,
+        settings.stream_maxlen,
+        wait_replicas=settings.redis_wait_replicas,
+        wait_timeout_ms=settings.redis_wait_timeout_ms,
+    )
     controller = make_controller(settings, client)
     consolidator = Consolidator(
         graph,

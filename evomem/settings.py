@@ -28,6 +28,13 @@ class Settings(BaseSettings):
 
     data_dir: Path = Path("./.evomem")
     redis_url: str | None = None
+    redis_wait_replicas: int = Field(
+        0,
+        ge=0,
+        description="replicas that must hold a reported event, and an event's edits, before either is acked",
+    )
+    redis_wait_timeout_ms: int = Field(1000, ge=1, description="how long to wait for those replicas")
+    broker_url: str | None = None
     qdrant_url: str | None = None
     index_dir: Path | None = Field(
         None,
@@ -201,6 +208,10 @@ class Settings(BaseSettings):
             raise ValueError("EVOMEM_CLAIM_IDLE_MS must exceed EVOMEM_BATCH_TIME_LIMIT_S (in ms)")
         if self.visibility_timeout_s <= self.batch_time_limit_s:
             raise ValueError("EVOMEM_VISIBILITY_TIMEOUT_S must exceed EVOMEM_BATCH_TIME_LIMIT_S")
+        if self.broker_url is not None and self.broker_url.split("://", 1)[0].endswith("+cluster"):
+            raise ValueError(
+                "EVOMEM_BROKER_URL: Celery's broker cannot be a Redis Cluster; use one Redis server"
+            )
         return self
 
     @property

@@ -12,6 +12,7 @@ import redis
 
 from evomem import Memory, Settings
 from evomem.adapters.redis.connection import EmbeddedRedis, connect
+from evomem.adapters.redis.local_cluster import LocalCluster
 from evomem.testing.llm_server import LLMTestServer
 
 
@@ -48,7 +49,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One Redis server for the session (also the Celery broker of the tests on a cluster)."""
     url = os.environ.get("EVOMEM_TEST_REDIS_URL")
     if url:
         yield url
@@ -56,6 +58,21 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server = EmbeddedRedis(Path(tmp_path_factory.mktemp("redis-session")))
     yield server.ensure()
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(server_url: str) -> str:
+    return server_url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local Redis Cluster (three masters, three replicas) for the session, started on first use."""
+    cluster = LocalCluster(Path(tmp_path_factory.mktemp("redis-cluster")))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

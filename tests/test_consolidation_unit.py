@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,7 @@ from evomem import Settings
 from evomem.adapters.memory.events import InMemoryEventLog
 from evomem.adapters.memory.graph import InMemoryGraphStore
 from evomem.core.decisions import Decision, DecisionFailure, DecisionInput, RuleController
+from evomem.errors import TransientError
 from evomem.pipeline.consolidate import Consolidator
 from evomem.pipeline.worker import ConsolidationWorker
 from schemas import TaskEvent
@@ -109,3 +111,33 @@ def test_an_unavailable_judge_defers_events_until_their_deliveries_are_spent(set
     assert last.dead_lettered == 1
     assert "controller after 3 deliveries" in log.dead_letters[0].reason
     assert graph.insight_ids("ns") == set()
+
+
+class _Unreachable(InMemoryGraphStore):
+    """A store whose edits fail as an unreachable Redis does, until ``back`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.back = False
+
+    def apply_many(self, plans: Sequence[Any]) -> list[Any]:  # type: ignore[override]
+        if not self.back:
+            raise TransientError("redis unreachable")
+        return super().apply_many(plans)
+
+
+def test_an_outage_longer_than_the_poison_guard_sends_nothing_to_the_dead_letters(settings: Settings) -> None:
+    """Batches that fail because the store is away (a failover) give their delivery back: ten failed
+    tries with MAX_DELIVERIES 3, and the events are applied once it is back, none dead-lettered."""
+    graph = _Unreachable()
+    log = InMemoryEventLog(graph)
+    for n in range(4):
+        log.publish(lesson(n))
+    worker = loop(settings, graph, log, "w1")
+    for _ in range(10):
+        with pytest.raises(TransientError):
+            worker.run_batch(block_ms=0)
+    assert {p.deliveries for p in log.pending.values()} == {0}
+    graph.back = True
+    report = worker.drain(budget_s=10, block_ms=0)
+    assert (report.applied, report.dead_lettered) == (4, 0) and not log.dead_letters

@@ -40,12 +40,17 @@ NS = "fever"
 # -- helpers -----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "redis-cluster"])
 def store(request: pytest.FixtureRequest) -> Iterator[GraphStore]:
     if request.param == "memory":
         yield InMemoryGraphStore()
-    else:
+    elif request.param == "redis":
         yield RedisGraphStore(request.getfixturevalue("redis_client"))
+    else:  # the same script on a cluster, its shared writes through the outbox
+        client = connect(request.getfixturevalue("redis_cluster").url)
+        client.flushdb()
+        yield RedisGraphStore(client)
+        client.close()
 
 
 class Graph:

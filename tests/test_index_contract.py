@@ -178,6 +178,24 @@ def test_search_with_real_embeddings_finds_the_closest_text(index: VectorIndex) 
     assert all(h.score > 0 for h in hits)
 
 
+def test_a_score_is_the_embedders_cosine_whatever_the_namespace(index: VectorIndex) -> None:
+    """The index may lay out a namespace's vectors its own way (the Qdrant backends give each
+    namespace its own sparse dimensions), never at the cost of the score Eq. 2 reads."""
+    emb = HashingEmbedder()
+    texts = [
+        "explain how to rotate the api keys",
+        "explain how to rotate the logs",
+        "why does the cache miss",
+    ]
+    vecs = emb.embed(texts)
+    probe = emb.embed_one("explain how to rotate keys")
+    cosine = [sum(w * v.get(k, 0.0) for k, w in probe.items()) for v in vecs]  # type: ignore[union-attr]
+    for ns in ("ns", "a-tenant", "ünï:{code}"):
+        index.write_queries([(query(f"q{i}", ns), v) for i, v in enumerate(vecs)])
+        hits = {h.id: h.score for h in index.search_queries(probe, ns, 3)}
+        assert hits == pytest.approx({f"q{i}": c for i, c in enumerate(cosine) if c > 0}, abs=1e-4)
+
+
 def test_search_insights_serves_only_active_insights_of_the_namespace(index: VectorIndex) -> None:
     index.write_insights(
         [

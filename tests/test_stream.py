@@ -40,3 +40,16 @@ def test_entries_of_a_dead_consumer_are_reclaimed_with_their_delivery_count(
     (claimed,) = stream.claim_stale("alive", min_idle_ms=0, count=10)
     assert claimed.id == taken.id and claimed.deliveries == 2
     assert stream.info()["consumers"] == 2
+
+
+def test_a_released_entry_keeps_the_delivery_count_it_had(redis_client: redis.Redis) -> None:
+    """After a batch failed on an outage, its entries come back counted as before that read."""
+    stream = EventStream(redis_client)
+    stream.publish_raw('{"n": 1}')
+    stream.read("a", count=1)
+    (again,) = stream.read("a", count=1)
+    assert again.deliveries == 2
+    stream.release("a", [again])
+    (after,) = stream.read("a", count=1)
+    assert after.deliveries == 2, "the released read is not counted"
+    assert stream.info()["pending"] == 1

@@ -8,7 +8,7 @@ from typing import Any
 
 from celery import Celery
 
-from evomem.runtime import redis_url
+from evomem.runtime import broker_redis_url
 from evomem.settings import Settings
 
 QUEUE = "evomem.consolidate"
@@ -26,7 +26,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     transport = {"visibility_timeout": settings.visibility_timeout_s}
     soft = settings.batch_time_limit_s
     return {
-        "broker_url": broker_url(redis_url(settings)),
+        "broker_url": broker_url(broker_redis_url(settings)),
         "broker_transport_options": transport,
         "result_backend_transport_options": transport,
         "visibility_timeout": settings.visibility_timeout_s,

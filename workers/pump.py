@@ -14,7 +14,7 @@ from celery import bootsteps
 
 from evomem.errors import TransientError
 from evomem.logs import get_logger
-from evomem.runtime import Runtime, connect_redis
+from evomem.runtime import Runtime, connect_broker, connect_redis
 from workers.config import QUEUE, TASK_NAME, settings_of
 
 log = get_logger("evomem.pump")
@@ -27,10 +27,12 @@ class Pump(bootsteps.StartStopStep):
         super().__init__(worker, **kwargs)
         self.tref: Any = None
         self.runtime: Runtime | None = None
+        self.broker: Any = None
 
     def start(self, worker: Any) -> None:
         settings = settings_of(worker.app)
         self.runtime = Runtime(settings, connect_redis(settings), None)
+        self.broker = connect_broker(settings)  # the queue's Redis: the same one unless BROKER_URL
         self.tref = worker.timer.call_repeatedly(settings.pump_interval_s, self.tick, (worker,), priority=10)
 
     def tick(self, worker: Any) -> None:
@@ -38,7 +40,7 @@ class Pump(bootsteps.StartStopStep):
         try:
             if not self.runtime.events.has_backlog():
                 return
-            queued = int(self.runtime.redis.llen(QUEUE))
+            queued = int(self.broker.llen(QUEUE))
             for _ in range(max(0, int(worker.concurrency) - queued)):
                 worker.app.send_task(TASK_NAME, queue=QUEUE)
         except (TransientError, OSError) as exc:
@@ -49,6 +51,8 @@ class Pump(bootsteps.StartStopStep):
             self.tref.cancel()
         if self.runtime is not None:
             self.runtime.close()
+        if self.broker is not None:
+            self.broker.close()
 
 
 __all__ = ["Pump"]

@@ -338,6 +338,12 @@ class EventLog(Protocol):
 
     def ack(self, ids: Sequence[str]) -> None: ...
 
+    def release(self, consumer: str, entries: Sequence[Entry]) -> None:
+        """Give back the delivery of entries whose batch failed for a reason outside them (the store
+        unreachable, a failover): the poison guard counts deliveries that took a worker down, not
+        the retries of an outage. They stay pending under ``consumer``."""
+        ...
+
     def dead_letter(self, entry: Entry, reason: str, field: str | None = None) -> None: ...
 
     def trim(self) -> int:

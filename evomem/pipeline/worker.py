@@ -9,11 +9,13 @@ index, which the retrieval side's projector keeps in step.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
 
 from evomem.core.ports import EditStore, EventLog
+from evomem.errors import TransientError
 from evomem.logs import bound, get_logger
 from evomem.pipeline.consolidate import ConsolidationReport, Consolidator
 from evomem.settings import Settings
@@ -59,7 +61,14 @@ class ConsolidationWorker:
         # every line logged while the batch runs carries its id and the consumer
         with bound(batch_id=uuid.uuid4().hex[:12], consumer=self.consumer):
             t0 = time.perf_counter()
-            report = self.consolidator.process(entries)
+            try:
+                report = self.consolidator.process(entries)
+            except TransientError:
+                # Redis (or part of a cluster) is away: not the events' fault, so their delivery is
+                # given back, or a failover's retries would send them to the dead letters
+                with contextlib.suppress(TransientError):
+                    self.stream.release(self.consumer, entries)
+                raise
             elapsed = time.perf_counter() - t0
             if self._observe is not None:
                 self._observe(report, elapsed)

@@ -11,7 +11,14 @@ from types import TracebackType
 from typing import Any, Self
 
 from evomem.core.ports import EditRecord, VectorIndex
-from evomem.errors import ConfigError, EvomemError, InvalidEventError, NotFoundError, StoreError
+from evomem.errors import (
+    ConfigError,
+    EvomemError,
+    InvalidEventError,
+    NotFoundError,
+    StoreError,
+    TransientError,
+)
 from evomem.ops import tracing
 from evomem.pipeline.consolidate import ConsolidationReport, Consolidator
 from evomem.pipeline.project import FollowerState, Projector
@@ -174,7 +181,12 @@ class LocalMemory:
                 entries = rt.events.read(rt.consumer, count)
             if not entries:
                 break
-            report = rt.consolidator.process(entries)
+            try:
+                report = rt.consolidator.process(entries)
+            except TransientError:
+                with contextlib.suppress(TransientError):  # an outage is not the events' fault
+                    rt.events.release(rt.consumer, entries)
+                raise
             total.merge(report)
             self._project()
             if report.deferred and not (report.applied or report.replayed or report.dead_lettered):

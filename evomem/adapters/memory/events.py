@@ -100,6 +100,13 @@ class InMemoryEventLog:
             for i in ids:
                 self.pending.pop(i, None)
 
+    def release(self, consumer: str, entries: Sequence[Entry]) -> None:
+        with self._lock:
+            for e in entries:
+                p = self.pending.get(e.id)
+                if p is not None and p.consumer == consumer:
+                    self.pending[e.id] = _Pending(consumer, max(0, p.deliveries - 1), p.at)
+
     def dead_letter(self, entry: Entry, reason: str, field: str | None = None) -> None:
         with self._lock:
             self.dead_letters.append(DeadLetter(entry, reason, field))

@@ -28,6 +28,7 @@ from evomem.adapters.qdrant.common import (
     hit_from_payload,
     insight_payload,
     latest,
+    namespaced,
     node_id_of,
     point_id,
     query_payload,
@@ -244,7 +245,9 @@ class ClientIndex:
             if pid not in stored:
                 if vec is None:
                     raise ValueError(f"{p.id!r} is not in the index yet and came without a vector")
-                unseen.setdefault(p.version, []).append(self._point(pid, vec, payload(p)))
+                unseen.setdefault(p.version, []).append(
+                    self._point(pid, namespaced(vec, p.namespace), payload(p))
+                )
             elif stored[pid] < p.version:
                 guard = models.Filter(must=[models.HasIdCondition(has_id=[pid]), _older_than(p.version)])
                 ops.append(
@@ -290,9 +293,10 @@ class ClientIndex:
 
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
         conditions = [self._match("namespace", namespace)]
+        probe = namespaced(vector, namespace)
         hits = top_k_deterministic(
             lambda limit: self._nearest(
-                keys.QUERY_COLLECTION, vector, conditions, limit, ["id", "supports", "harms"]
+                keys.QUERY_COLLECTION, probe, conditions, limit, ["id", "supports", "harms"]
             ),
             k,
             lambda h: float(h.score),
@@ -337,7 +341,7 @@ class ClientIndex:
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
         hits = self._nearest(
             keys.INSIGHT_COLLECTION,
-            vector,
+            namespaced(vector, namespace),
             [self._match("namespace", namespace), self._match("state", "active")],
             k,
             ["id"],

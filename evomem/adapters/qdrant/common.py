@@ -8,9 +8,11 @@ An edit therefore rewrites one small query payload, never an insight's whole evi
 from __future__ import annotations
 
 import uuid
+import zlib
+from collections.abc import Mapping
 from typing import Any
 
-from evomem.core.ports import InsightPoint, QueryHit, QueryPoint
+from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
 from evomem.core.retrieval import ServingInsight
 
 VECTOR_NAME = "text"
@@ -24,6 +26,19 @@ INSIGHT_INDEXES = (
     ("inherits", "keyword"),
     ("version", "integer"),
 )
+
+
+def namespaced(vec: Vector, namespace: str) -> Vector:
+    """A sparse vector moved into its namespace's own dimensions: every dimension XOR the namespace's
+    crc32. That is a bijection of the 32-bit dimensions, so dot products within a namespace are the
+    same, while one word in two namespaces lands in two posting lists. Every search is filtered to
+    one namespace, and a sparse search walks the posting lists of the query's words: without this it
+    walked every tenant's postings of a common word, and its cost grew with the whole memory instead
+    of the namespace (bench/README.md, growth). Dense vectors are left as they are."""
+    if not isinstance(vec, Mapping):
+        return vec
+    salt = zlib.crc32(namespace.encode())
+    return {int(k) ^ salt: v for k, v in vec.items()}
 
 
 def point_id(node_id: str) -> str:

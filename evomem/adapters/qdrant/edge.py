@@ -21,6 +21,7 @@ from evomem.adapters.qdrant.common import (
     hit_from_payload,
     insight_payload,
     latest,
+    namespaced,
     node_id_of,
     point_id,
     query_payload,
@@ -36,7 +37,7 @@ from evomem.errors import ConfigError, EvomemError, StoreError, StoreLockedError
 #: index; Qdrant's default (5000) made the top-k of a namespace of a few thousand queries take
 #: milliseconds (bench/README.md). Applies to shards created from now on.
 SPARSE_FULL_SCAN_THRESHOLD = 500
-LAYOUT = "2"  # the payload layout of the shards (evomem/adapters/qdrant/common.py)
+LAYOUT = "3"  # payload and vectors (evomem/adapters/qdrant/common.py); 3: sparse dimensions per namespace
 _LAYOUT_FILE = "LAYOUT"
 
 
@@ -178,7 +179,7 @@ class EdgeIndex:
             elif vec is None:
                 raise ValueError(f"{p.id!r} is not in the index yet and came without a vector")
             else:
-                new.append(qe.Point(pid, self._vector(vec), payload(p)))
+                new.append(qe.Point(pid, self._vector(namespaced(vec, p.namespace)), payload(p)))
         if new:
             shard.update(qe.UpdateOperation.upsert_points(new))
 
@@ -205,8 +206,9 @@ class EdgeIndex:
         # alike: the cut must see every tie), then the evidence of the k kept, by id: the evidence
         # arrays are read for k queries only, and one search suffices unless the tie runs longer
         conditions = [self._match("namespace", namespace)]
+        probe = namespaced(vector, namespace)
         hits = top_k_deterministic(
-            lambda limit: self._nearest(self.queries, vector, conditions, limit, ["id"]),
+            lambda limit: self._nearest(self.queries, probe, conditions, limit, ["id"]),
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
@@ -251,7 +253,7 @@ class EdgeIndex:
 
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
         conditions = [self._match("namespace", namespace), self._match("state", "active")]
-        hits = self._nearest(self.insights, vector, conditions, k, ["id"])
+        hits = self._nearest(self.insights, namespaced(vector, namespace), conditions, k, ["id"])
         return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
 
     def versions(

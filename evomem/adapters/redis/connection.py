@@ -31,9 +31,11 @@ from typing import Any
 import redis
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.client import Pipeline
-from redis.exceptions import NoScriptError
+from redis.cluster import ClusterPipeline, RedisCluster
+from redis.exceptions import ClusterError, NoScriptError, RedisClusterException, TryAgainError
 from redis.retry import Retry
 
+from evomem import keys
 from evomem.errors import ConfigError, EvomemError, StoreError, TransientError
 
 SOCKET_NAME = "redis.sock"
@@ -52,12 +54,16 @@ _users_lock = threading.Lock()
 _CREDENTIALS = ("WRONGPASS", "NOAUTH", "NOPERM")
 
 
-def translate(exc: redis.RedisError, command: Sequence[Any] = ()) -> EvomemError:
+def translate(exc: redis.RedisError | RedisClusterException, command: Sequence[Any] = ()) -> EvomemError:
     """The one translation of redis-py's exceptions into evomem's error tree."""
     if isinstance(exc, redis.AuthenticationError):
         return ConfigError("redis refused the credentials of EVOMEM_REDIS_URL")
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
         return TransientError(f"redis unreachable: {exc}")
+    # a cluster in the middle of a failover (CLUSTERDOWN, TRYAGAIN, a slot with no master yet, the
+    # redirections exhausted) comes back by itself: worth retrying, like a connection refused
+    if isinstance(exc, ClusterError | TryAgainError | RedisClusterException):
+        return TransientError(f"redis cluster unavailable: {exc}")
     if isinstance(exc, redis.ResponseError):
         if str(exc).startswith(_CREDENTIALS):
             return ConfigError("redis refused the credentials of EVOMEM_REDIS_URL")
@@ -72,7 +78,7 @@ def redis_errors(command: Sequence[Any] = ()) -> Iterator[None]:
         yield
     except NoScriptError:
         raise  # redis-py's Script catches it and loads the script: not an error of ours
-    except redis.RedisError as exc:
+    except (redis.RedisError, RedisClusterException) as exc:
         raise translate(exc, command) from exc
 
 
@@ -113,12 +119,159 @@ class _MappedPipeline(Pipeline):
         return result
 
 
+class ClusterClient(RedisCluster):
+    """A Redis Cluster client behind the same error boundary as ``RedisClient``.
+
+    Multi-key reads across namespaces (MGET) are split by slot; scripts queued in a pipeline are
+    loaded on the node that answers NOSCRIPT (a replica promoted by a failover may not hold them)
+    and rerun there, which is safe because a script that answered NOSCRIPT did not run."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.script_texts: dict[str, str] = {}
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except NoScriptError:
+            raise
+        except (redis.RedisError, RedisClusterException) as exc:
+            raise translate(exc, args) from exc
+
+    def register_script(self, script: Any) -> Any:
+        registered = super().register_script(script)
+        self.script_texts[registered.sha] = script
+        return registered
+
+    def mget(self, keys: Any, *args: Any) -> Any:
+        # one MGET per slot: evomem reads decisions and retrievals of several namespaces at once
+        return self.mget_nonatomic(keys, *args)
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> _MappedClusterPipeline:
+        # a MULTI spans one slot only in a cluster: every evomem pipeline that needs atomicity across
+        # keys is a Lua script instead, so pipelines here are plain batches, split by node; asking
+        # for a MULTI is a bug to be told about, not a batch that silently is not atomic
+        if transaction:
+            raise StoreError("a MULTI pipeline on a Redis Cluster: write a script over one slot instead")
+        return _MappedClusterPipeline(
+            self,
+            nodes_manager=self.nodes_manager,
+            commands_parser=self.commands_parser,
+            startup_nodes=self.nodes_manager.startup_nodes,
+            result_callbacks=self.result_callbacks,
+            cluster_response_callbacks=self.cluster_response_callbacks,
+            load_balancing_strategy=self.load_balancing_strategy,
+            reinitialize_steps=self.reinitialize_steps,
+            retry=self.retry,
+            lock=self._lock,
+            transaction=False,
+            event_dispatcher=self._event_dispatcher,
+        )
+
+    def close(self) -> None:
+        # redis-py 8 closes each node's client but not its connection pool (the client did not
+        # make it), nor the startup node it discovered the others through: their sockets would be
+        # left to the garbage collector
+        manager = self.nodes_manager
+        nodes = [*manager.nodes_cache.values(), *manager.startup_nodes.values()] if manager else []
+        for node in nodes:
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
+        super().close()
+
+    def node_client(self, key: str) -> redis.Redis:
+        """The client of the master that serves ``key`` now (from the slot table this client holds)."""
+        return self.get_redis_connection(self.get_node_from_key(key))  # type: ignore[no-untyped-call]
+
+
+class _MappedClusterPipeline(ClusterPipeline):
+    def __init__(self, owner: ClusterClient, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.owner = owner
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        # redis-py blocks scripts in a cluster pipeline; evomem's scripts each name their slot in
+        # KEYS, which is all the pipeline needs to send each to its node
+        return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)  # type: ignore[no-untyped-call]
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        queued = [c.args for c in self._execution_strategy.command_queue]
+        try:
+            result: list[Any] = super().execute(False)
+        except (redis.RedisError, RedisClusterException) as exc:
+            raise translate(exc, ("pipeline",)) from exc
+        missing = [
+            n
+            for n, (reply, args) in enumerate(zip(result, queued, strict=True))
+            if isinstance(reply, NoScriptError) and _text(args[0]).upper() == "EVALSHA"
+        ]
+        if missing:  # once per script, then the calls that missed it again, in one more round trip
+            for sha in {_text(queued[n][1]) for n in missing}:
+                self.owner.script_load(self.owner.script_texts[sha])
+            again = self.owner.pipeline()
+            for n in missing:
+                again.execute_command(*queued[n])  # type: ignore[no-untyped-call]
+            try:
+                replies = ClusterPipeline.execute(again, False)
+            except (redis.RedisError, RedisClusterException) as exc:
+                raise translate(exc, ("pipeline",)) from exc
+            for n, reply in zip(missing, replies, strict=True):
+                result[n] = reply
+        if raise_on_error:
+            for reply in result:
+                if isinstance(reply, Exception):
+                    raise translate(reply, ("pipeline",)) if isinstance(reply, redis.RedisError) else reply
+        return result
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def is_cluster(client: Client) -> bool:
+    return isinstance(client, RedisCluster)
+
+
 def mapped(client: Client) -> Client:
     """``client`` behind the error boundary: a plain redis-py client is given a ``RedisClient`` on
     the same connection pool; a ``RedisClient`` (or a stand-in that is no redis client) is returned."""
     if isinstance(client, redis.Redis) and not isinstance(client, RedisClient | Pipeline):
         return RedisClient(connection_pool=client.connection_pool)
     return client
+
+
+def durable(client: Client, barrier_keys: Sequence[str], replicas: int, timeout_ms: int) -> None:
+    """Return once ``replicas`` replicas (or every replica connected, when a master has fewer) hold
+    every write made so far on the masters of ``barrier_keys``; raise ``TransientError`` otherwise
+    (the caller then leaves its work unacknowledged, to be redone). No-op with ``replicas`` 0.
+
+    WAIT counts the writes of the connection it is sent on, so it follows a write on the same
+    connection: the replication stream of a master is ordered, so a replica that acknowledges that
+    write holds everything the master applied before it, whichever connection wrote it. A master
+    that has lost its replicas (one promoted by a failover, until its old master rejoins) is
+    waited on for those it has: there is no replica to fail over to, and stalling every
+    acknowledgement until an operator adds one would turn a failover into an outage."""
+    if replicas <= 0 or not barrier_keys:
+        return
+    if isinstance(client, ClusterClient):
+        targets: dict[str, tuple[redis.Redis, str]] = {}
+        for key in barrier_keys:
+            node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+            targets.setdefault(node.name, (client.get_redis_connection(node), key))
+        pairs = list(targets.values())
+    else:
+        pairs = [(client, barrier_keys[0])]
+    for node_client, key in pairs:
+        with redis_errors(("WAIT",)):
+            wanted = min(replicas, int(node_client.info("replication").get("connected_slaves", 0)))
+            if wanted == 0:
+                continue
+            pipe = node_client.pipeline(transaction=False)
+            pipe.set(keys.barrier(key), "1")  # a write in the key's slot, on this connection
+            pipe.execute_command("WAIT", wanted, timeout_ms)  # type: ignore[no-untyped-call]
+            _, acked = pipe.execute()
+        if int(acked) < wanted:
+            raise TransientError(f"{acked} of {wanted} redis replicas acknowledged within {timeout_ms} ms")
 
 
 def client_name() -> str:
@@ -272,9 +425,32 @@ class EmbeddedRedis:
             os.kill(int(self.pidfile.read_text().strip()), signal.SIGTERM)
 
 
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.split("://", 1)[0] in CLUSTER_SCHEMES
+
+
 def connect(url: str) -> Client:
-    """A client for any Redis URL (``redis://``, ``rediss://``, ``unix://``). Retries are few and
+    """A client for any Redis URL (``redis://``, ``rediss://``, ``unix://``, and a Redis Cluster as
+    ``redis+cluster://`` or ``rediss+cluster://`` with any one node as host). Retries are few and
     short: a call on an agent's path should fail over (or fail open) fast, not back off for seconds."""
+    scheme, _, rest = url.partition("://")
+    if scheme in CLUSTER_SCHEMES:
+        try:
+            return ClusterClient.from_url(
+                f"{CLUSTER_SCHEMES[scheme]}://{rest}",
+                client_name=client_name(),
+                socket_timeout=30,
+                socket_connect_timeout=2,
+                health_check_interval=30,
+                retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 3),
+            )
+        except ValueError as exc:
+            raise ConfigError(f"EVOMEM_REDIS_URL is not a Redis Cluster URL: {exc}") from None
+        except (redis.RedisError, RedisClusterException) as exc:  # no node answered (yet)
+            raise TransientError(f"redis cluster unreachable: {exc}") from exc
     try:
         return RedisClient.from_url(
             url,
@@ -288,4 +464,16 @@ def connect(url: str) -> Client:
         raise ConfigError(f"EVOMEM_REDIS_URL is not a Redis URL: {exc}") from None
 
 
-__all__ = ["Client", "EmbeddedRedis", "RedisClient", "connect", "mapped", "redis_errors", "translate"]
+__all__ = [
+    "Client",
+    "ClusterClient",
+    "EmbeddedRedis",
+    "RedisClient",
+    "connect",
+    "durable",
+    "is_cluster",
+    "is_cluster_url",
+    "mapped",
+    "redis_errors",
+    "translate",
+]

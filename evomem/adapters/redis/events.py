@@ -11,32 +11,33 @@ from collections.abc import Sequence
 from typing import Any
 
 from evomem import keys
-from evomem.adapters.redis.connection import Client, mapped
+from evomem.adapters.redis.connection import Client, durable, is_cluster, mapped
 from evomem.core.editing import event_digest
 from evomem.core.ports import Entry
 from evomem.errors import InvalidEventError, StoreError, TransientError
 from schemas import TaskEvent
 
-# Checks, in one round trip with the XADD, that every insight the event names exists in its
-# namespace and that its event id was not applied or decided before for other content (ARGV[5], the
-# event's digest); returns the first offending id ("bad:") or "reused:", or the new entry id
-# prefixed by "ok:". ARGV: namespace prefix, maxlen (unused), document, event id, digest, insight ids.
+# Checks that every insight the event names exists in its namespace and that its event id was not
+# applied or decided before for other content (ARGV[2], the event's digest); returns the first
+# offending id ("bad:") or "reused:"; else appends the event, "ok:" and the new entry id, or on a
+# cluster (no stream among the keys: it lives in another slot) "ok:" alone, and the caller appends.
+# KEYS: the event's applied marker, its decision, the insights it names (ARGV[3..]), then the
+# stream on one server. ARGV: document, digest, insight ids.
 _PUBLISH = """
-local N = ARGV[1]
-local doc = ARGV[3]
-for _, kind in ipairs({'applied', 'decision'}) do
-  local seen = redis.call('GET', N .. ':' .. kind .. ':' .. ARGV[4])
+for i = 1, 2 do
+  local seen = redis.call('GET', KEYS[i])
   if seen then
     local ok, d = pcall(cjson.decode, seen)
-    if ok and type(d) == 'table' and d.digest and d.digest ~= cjson.null and d.digest ~= ARGV[5] then
+    if ok and type(d) == 'table' and d.digest and d.digest ~= cjson.null and d.digest ~= ARGV[2] then
       return 'reused:'
     end
   end
 end
-for i = 6, #ARGV do
-  if redis.call('EXISTS', N .. ':ins:' .. ARGV[i]) == 0 then return 'bad:' .. ARGV[i] end
+for i = 3, #ARGV do
+  if redis.call('EXISTS', KEYS[i]) == 0 then return 'bad:' .. ARGV[i] end
 end
-return 'ok:' .. redis.call('XADD', KEYS[1], '*', 'event', doc)
+if #KEYS == #ARGV then return 'ok:' end
+return 'ok:' .. redis.call('XADD', KEYS[#KEYS], '*', 'event', ARGV[1])
 """
 
 
@@ -58,11 +59,17 @@ class EventStream:
         maxlen: int = 1_000_000,
         stream: str = keys.EVENTS_STREAM,
         group: str = keys.CONSUMER_GROUP,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
     ) -> None:
         self.r = mapped(client)
         self.maxlen = maxlen
         self.stream = stream
         self.group = group
+        self.clustered = is_cluster(self.r)
+        # replicas that must hold a reported event before report() returns (a failover keeps it)
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
         self._publish = self.r.register_script(_PUBLISH)
         self._group_ready = False
 
@@ -71,20 +78,22 @@ class EventStream:
         doc = event.model_dump_json()
         named = event.named_insight_ids()
         event_id = str(event.event_id)
+        ns = event.namespace
+        checked = [
+            keys.applied(ns, event_id),
+            keys.decision(ns, event_id),
+            *(keys.insight(ns, i) for i in named),
+        ]
         try:
             res = _s(
                 self._publish(
-                    keys=[self.stream],
-                    args=[
-                        keys.ns_prefix(event.namespace),
-                        self.maxlen,
-                        doc,
-                        event_id,
-                        event_digest(event),
-                        *named,
-                    ],
+                    keys=checked if self.clustered else [*checked, self.stream],
+                    args=[doc, event_digest(event), *named],
                 )
             )
+            if res == "ok:":  # a cluster: the stream is in another slot, appended once the checks pass
+                res = "ok:" + _s(self.r.xadd(self.stream, {"event": doc}))
+            durable(self.r, [self.stream], self.wait_replicas, self.wait_timeout_ms)
         except TransientError as exc:
             raise TransientError("redis unreachable; the event was not published") from exc
         if res.startswith("reused:"):
@@ -192,8 +201,19 @@ class EventStream:
         if ids:
             self.r.xack(self.stream, self.group, *ids)
 
+    def release(self, consumer: str, entries: Sequence[Entry]) -> None:
+        """XCLAIM with RETRYCOUNT: each entry's delivery count back to what it was before this read
+        (JUSTID claims without counting a delivery). Entries trimmed meanwhile are skipped."""
+        by_count: dict[int, list[str]] = {}
+        for e in entries:
+            if e.raw is not None:
+                by_count.setdefault(max(0, e.deliveries - 1), []).append(e.id)
+        for count, ids in by_count.items():
+            self.r.xclaim(self.stream, self.group, consumer, 0, ids, retrycount=count, justid=True)
+
     def dead_letter(self, entry: Entry, reason: str, field: str | None = None) -> None:
-        """Move an entry to the dead-letter stream with its reason, and ack it, atomically."""
+        """Move an entry to the dead-letter stream with its reason, and ack it (atomically on one
+        server)."""
         doc = {
             "source_id": entry.id,
             "reason": reason,
@@ -202,6 +222,13 @@ class EventStream:
             "at": str(time.time()),
             "event": entry.raw if entry.raw is not None else b"",
         }
+        # one MULTI on one server; on a cluster the two streams are in two slots, so the dead letter
+        # goes first and the ack after: a process that dies in between leaves the entry pending,
+        # to be dead-lettered again — never lost
+        if self.clustered:
+            self.r.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
+            self.r.xack(self.stream, self.group, entry.id)
+            return
         pipe = self.r.pipeline(transaction=True)
         pipe.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
         pipe.xack(self.stream, self.group, entry.id)
@@ -232,10 +259,17 @@ class EventStream:
             document = items[0][1].get(b"event") if items else None
             if not document:
                 continue
-            pipe = self.r.pipeline(transaction=True)
-            pipe.xadd(self.stream, {"event": document})  # the bytes as they were, not a decoded copy
-            pipe.xdel(keys.DLQ_STREAM, dlq_id)
-            new_id, _ = pipe.execute()
+            # back on the stream (the bytes as they were, not a decoded copy) and out of the dead
+            # letters: one MULTI on one server; on a cluster in that order, so a failure in between
+            # leaves it in both, and applying it twice is a no-op
+            if self.clustered:
+                new_id = self.r.xadd(self.stream, {"event": document})
+                self.r.xdel(keys.DLQ_STREAM, dlq_id)
+            else:
+                pipe = self.r.pipeline(transaction=True)
+                pipe.xadd(self.stream, {"event": document})
+                pipe.xdel(keys.DLQ_STREAM, dlq_id)
+                new_id, _ = pipe.execute()
             new_ids.append(_s(new_id))
         return new_ids
 

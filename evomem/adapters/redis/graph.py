@@ -17,7 +17,7 @@ import redis
 
 from evomem import keys
 from evomem.adapters.redis.changes import RedisChangeFeed
-from evomem.adapters.redis.connection import Client, mapped
+from evomem.adapters.redis.connection import Client, durable, is_cluster, mapped
 from evomem.core.editing import EditPlan
 from evomem.core.ports import (
     ApplyResult,
@@ -40,12 +40,13 @@ HISTORY_MAXLEN = 10_000_000
 _CHAIN = 64  # lineage hops read at most, each way
 
 # Link a query to similar ones of its namespace, both ways, each side keeping its ``degree`` most
-# similar neighbours, and clear its "link" flag. ARGV: namespace prefix, query id, degree, then
-# (neighbour id, similarity) pairs.
+# similar neighbours, and clear its "link" flag. KEYS[1]: the query; the neighbours' keys share its
+# hash slot (the namespace's). ARGV: namespace prefix, query id, degree, then (neighbour id,
+# similarity) pairs.
 _LINK = """
 local N, q, degree = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local function k(kind, id) return N .. ':' .. kind .. ':' .. id end
-if redis.call('EXISTS', k('q', q)) == 0 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local function link(a, b, w)
   redis.call('ZADD', k('q.nbr', a), 'GT', w, b)
   if degree > 0 then redis.call('ZREMRANGEBYRANK', k('q.nbr', a), 0, -(degree + 1)) end
@@ -57,7 +58,7 @@ for i = 4, #ARGV, 2 do
     link(other, q, w)
   end
 end
-redis.call('HDEL', k('q', q), 'link')
+redis.call('HDEL', KEYS[1], 'link')
 return 1
 """
 
@@ -73,9 +74,15 @@ def _s(value: Any) -> str:
 class RedisGraphStore:
     """A ``GraphStore`` on one Redis (or Valkey) server."""
 
-    def __init__(self, client: Client, degree: int = 0) -> None:
+    def __init__(
+        self, client: Client, degree: int = 0, wait_replicas: int = 0, wait_timeout_ms: int = 1000
+    ) -> None:
         self.r = mapped(client)
         self.degree = degree
+        self.clustered = is_cluster(self.r)
+        # replicas that must hold an event's edits before it is acknowledged (a failover then keeps them)
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
         self._feed = RedisChangeFeed(self.r)
         check_layout(client)
         self._apply = self.r.register_script(_lua("apply.lua"))
@@ -95,16 +102,89 @@ class RedisGraphStore:
             return []
         pipe = self.r.pipeline(transaction=False)
         for plan in plans:
-            self._apply(args=[plan.to_json(), keys.PREFIX, CHANGES_MAXLEN, HISTORY_MAXLEN], client=pipe)
+            self._apply(
+                keys=self._apply_keys(plan),
+                args=[plan.to_json(), keys.PREFIX, CHANGES_MAXLEN, HISTORY_MAXLEN],
+                client=pipe,
+            )
         try:
             raw = pipe.execute(raise_on_error=False)
         except TransientError as exc:
             raise TransientError("redis unreachable while applying a batch") from exc
-        return [_error(r) if isinstance(r, Exception) else _result(json.loads(_s(r))) for r in raw]
+        docs = [r if isinstance(r, Exception) else json.loads(_s(r)) for r in raw]
+        try:
+            if self.clustered:
+                self._send_outboxes([(p, d) for p, d in zip(plans, docs, strict=True) if isinstance(d, dict)])
+            durable(
+                self.r,
+                [keys.applied(p.namespace, p.event_id) for p in plans],
+                self.wait_replicas,
+                self.wait_timeout_ms,
+            )
+        except TransientError as exc:
+            raise TransientError(f"redis did not keep a batch's edits: {exc}") from exc
+        return [_error(d) if isinstance(d, Exception) else _result(d) for d in docs]
+
+    def _apply_keys(self, plan: EditPlan) -> list[str]:
+        ns = plan.namespace
+        own = [
+            keys.applied(ns, plan.event_id),
+            keys.namespace_insights(ns),
+            keys.namespace_queries(ns),
+            keys.namespace_texts(ns),
+            keys.recent_outcomes(ns),
+            keys.query(ns, plan.query_id),
+            keys.outbox(ns, plan.event_id),
+        ]
+        if self.clustered:
+            return own
+        return [*own, keys.INSIGHT_DIRECTORY, keys.NAMESPACES, keys.HISTORY_STREAM, keys.CHANGES_STREAM]
+
+    def _send_outboxes(self, applied: list[tuple[EditPlan, dict[str, Any]]]) -> None:
+        """On a cluster: write what each applied event left in its outbox (history, change feed, id
+        directory, namespace list, each in its own slot), then delete the outboxes. Run before the
+        events are acknowledged, so a process that dies in between leaves the events pending and
+        their replay sends the outbox again: the change feed and the history are at least once
+        (a change is idempotent for a projector; a history record carries its event id)."""
+        sent = [(plan, doc["outbox"]) for plan, doc in applied if doc.get("outbox")]
+        if not sent:
+            return
+        pipe = self.r.pipeline(transaction=False)
+        for plan, box in sent:
+            ns = plan.namespace
+            pipe.sadd(keys.NAMESPACES, ns)
+            ids = _list(box.get("ids"))
+            if ids:
+                pipe.hset(keys.INSIGHT_DIRECTORY, mapping=dict.fromkeys(ids, ns))
+            for record in _list(box.get("history")):
+                pipe.xadd(
+                    keys.HISTORY_STREAM, {"ns": ns, "record": record}, maxlen=HISTORY_MAXLEN, approximate=True
+                )
+            for kind, node_id, version in _list(box.get("changes")):
+                pipe.xadd(
+                    keys.CHANGES_STREAM,
+                    {"kind": kind, "ns": ns, "id": node_id, "version": version},
+                    maxlen=CHANGES_MAXLEN,
+                    approximate=True,
+                )
+        pipe.execute()
+        pipe = self.r.pipeline(transaction=False)
+        for plan, _ in sent:
+            pipe.delete(keys.outbox(plan.namespace, plan.event_id))
+        pipe.execute()
+        durable(
+            self.r,
+            [keys.CHANGES_STREAM, keys.HISTORY_STREAM, keys.INSIGHT_DIRECTORY, keys.NAMESPACES],
+            self.wait_replicas,
+            self.wait_timeout_ms,
+        )
 
     def link_queries(self, namespace: str, query_id: str, similar: Mapping[str, float]) -> None:
         pairs = [x for q, w in similar.items() for x in (q, repr(float(w)))]
-        self._link(args=[keys.ns_prefix(namespace), query_id, self.degree, *pairs])
+        self._link(
+            keys=[keys.query(namespace, query_id)],
+            args=[keys.ns_prefix(namespace), query_id, self.degree, *pairs],
+        )
 
     def unlinked(self, namespace: str, query_ids: Collection[str]) -> set[str]:
         ids = list(query_ids)
@@ -387,6 +467,11 @@ def check_layout(client: Client) -> None:
             "(`evomem import`) into an empty Redis."
         )
     client.set(keys.LAYOUT_KEY, keys.LAYOUT, nx=True)
+
+
+def _list(value: Any) -> list[Any]:
+    """A Lua table that cjson encoded: an empty one comes back as ``{}``."""
+    return value if isinstance(value, list) else []
 
 
 def _dump_decision(stored: StoredDecision) -> str:

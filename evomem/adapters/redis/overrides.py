@@ -109,13 +109,13 @@ class NamespaceSettings:
             err = exc.errors()[0]
             raise InvalidEventError(str(err["loc"][0]) if err["loc"] else "settings", err["msg"]) from None
         fields = merged.set_fields()
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hset(
+        # the index first, then the settings (two slots on a Redis Cluster, so no MULTI): a failure
+        # in between lists a namespace with nothing overridden, never hides an override
+        self.client.sadd(keys.NAMESPACES_WITH_SETTINGS, namespace)
+        self.client.hset(
             keys.namespace_settings(namespace),
             mapping={k: json.dumps(fields[k]) for k in names if k in fields},
         )
-        pipe.sadd(keys.NAMESPACES_WITH_SETTINGS, namespace)
-        pipe.execute()
         self.forget(namespace)
         return merged
 

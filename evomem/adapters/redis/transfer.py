@@ -22,16 +22,14 @@ from schemas import InsightNode, QueryNode
 
 # Write one insight unless the store holds it at the same or a newer version. The evidence goes on
 # both sides (the query's supports/harms too); returns the queries whose evidence grew. The caller
-# announces the written nodes at the end, once the revision links are all in (``inherits``).
-# ARGV: prefix, namespace prefix, id, doc.
+# checks first that the id is no other namespace's, and writes the id directory and the namespace
+# list after (other slots on a cluster); it announces the written nodes at the end, once the
+# revision links are all in (``inherits``). KEYS: the insight, the namespace's insights, its texts;
+# the evidence keys share their slot. ARGV: namespace prefix, id, doc.
 _PUT_INSIGHT = """
-local P, N, id, doc = ARGV[1], ARGV[2], ARGV[3], cjson.decode(ARGV[4])
+local N, id, doc = ARGV[1], ARGV[2], cjson.decode(ARGV[3])
 local function k(kind, x) return N .. ':' .. kind .. ':' .. x end
-local owner = redis.call('HGET', P .. ':ids', id)
-if owner and owner ~= doc.namespace then
-  return redis.error_reply('namespace: insight ' .. id .. ' exists elsewhere')
-end
-local key = k('ins', id)
+local key = KEYS[1]
 local have = redis.call('HGET', key, 'version')
 if have and tonumber(have) >= doc.version then return {} end
 redis.call('HSET', key, 'text', doc.text, 'state', doc.state, 'version', doc.version,
@@ -52,11 +50,9 @@ for _, e in ipairs(doc.edges) do redis.call('SADD', k('ins.edges', id), e[1] .. 
 if redis.call('EXISTS', k('ins.hist', id)) == 0 then
   for _, h in ipairs(doc.history) do redis.call('RPUSH', k('ins.hist', id), cjson.encode(h)) end
 end
-redis.call('SADD', P .. ':namespaces', doc.namespace)
-redis.call('SADD', N .. ':insights', id)
-redis.call('HSET', P .. ':ids', id, doc.namespace)
+redis.call('SADD', KEYS[2], id)
 if doc.state == 'active' then
-  redis.call('HSET', N .. ':texts', doc.text_key, id)
+  redis.call('HSET', KEYS[3], doc.text_key, id)
   for _, band in ipairs(doc.bands) do redis.call('SADD', k('dup', band), id) end
 end
 table.insert(grew, 1, '')
@@ -64,24 +60,15 @@ return grew
 """
 
 # Write one query and its weighted edges (a query's content never changes); 1 if it was new.
+# KEYS: the query, its neighbours, the namespace's queries. ARGV: doc.
 _PUT_QUERY = """
-local P, N, id, doc = ARGV[1], ARGV[2], ARGV[3], cjson.decode(ARGV[4])
-local key = N .. ':q:' .. id
-for _, n in ipairs(doc.neighbours) do redis.call('ZADD', N .. ':q.nbr:' .. id, 'GT', n[2], n[1]) end
-if redis.call('EXISTS', key) == 1 then return 0 end
-redis.call('HSET', key, 'text', doc.text, 'status', doc.status,
+local doc = cjson.decode(ARGV[1])
+for _, n in ipairs(doc.neighbours) do redis.call('ZADD', KEYS[2], 'GT', n[2], n[1]) end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'text', doc.text, 'status', doc.status,
   'trajectory', doc.trajectory_json, 'event_id', doc.event_id, 'created_at', doc.created_at)
-redis.call('SADD', P .. ':namespaces', doc.namespace)
-redis.call('SADD', N .. ':queries', id)
+redis.call('SADD', KEYS[3], doc.id)
 return 1
-"""
-
-# Announce a query whose node or evidence changed, so projectors rewrite its point.
-_ANNOUNCE_QUERY = """
-local P, N, ns, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local v = redis.call('HINCRBY', N .. ':q:' .. id, 'version', 1)
-redis.call('XADD', P .. ':changes', '*', 'kind', 'query', 'ns', ns, 'id', id, 'version', v)
-return v
 """
 
 
@@ -91,7 +78,6 @@ def import_jsonl(client: Client, lines: Iterable[str]) -> dict[str, int]:
     client = mapped(client)
     put_insight = client.register_script(_PUT_INSIGHT)
     put_query = client.register_script(_PUT_QUERY)
-    announce = client.register_script(_ANNOUNCE_QUERY)
     counts = {"queries": 0, "insights": 0, "skipped": 0}
     changed: dict[tuple[str, str], None] = {}  # queries to announce, in order
     written: list[tuple[str, str]] = []  # insights written, announced at the end
@@ -109,7 +95,7 @@ def import_jsonl(client: Client, lines: Iterable[str]) -> dict[str, int]:
                 raise InvalidEventError(f"line {n}", f"export format {record.get('format')} is not {FORMAT}")
             continue
         try:
-            counts_key, touched = _put(kind, record, put_query, put_insight, versions)
+            counts_key, touched = _put(client, kind, record, put_query, put_insight, versions)
         except StoreError as exc:  # a script's error reply: this record cannot go in
             raise InvalidEventError(f"line {n}", str(exc.__cause__ or exc)) from None
         counts[counts_key] += 1
@@ -124,8 +110,9 @@ def import_jsonl(client: Client, lines: Iterable[str]) -> dict[str, int]:
     for ns, i in written:
         pipe.xadd(keys.CHANGES_STREAM, {"kind": "insight", "ns": ns, "id": i, "version": versions[(ns, i)]})
     pipe.execute()
-    for ns, q in changed:
-        announce(args=[keys.PREFIX, keys.ns_prefix(ns), ns, q])
+    for ns, q in changed:  # the query's version in its slot first, then its change (another slot)
+        version = client.hincrby(keys.query(ns, q), "version", 1)
+        client.xadd(keys.CHANGES_STREAM, {"kind": "query", "ns": ns, "id": q, "version": version})
     return counts
 
 
@@ -151,7 +138,12 @@ def _rebuild_inherits(client: Client, namespace: str) -> None:
 
 
 def _put(
-    kind: str, record: dict[str, Any], put_query: Any, put_insight: Any, versions: dict[tuple[str, str], int]
+    client: Client,
+    kind: str,
+    record: dict[str, Any],
+    put_query: Any,
+    put_insight: Any,
+    versions: dict[tuple[str, str], int],
 ) -> tuple[str, list[tuple[str, str]]]:
     from evomem.core import duplicates
     from evomem.core.editing import text_key
@@ -164,9 +156,14 @@ def _put(
             "neighbours": neighbours,
             "trajectory_json": json.dumps(query.trajectory),
         }  # cjson would turn [] into {}
-        args = [keys.PREFIX, keys.ns_prefix(query.namespace), query.id, json.dumps(doc)]
-        if put_query(args=args):
-            return "queries", [(query.namespace, query.id)]
+        ns, q = query.namespace, query.id
+        written = put_query(
+            keys=[keys.query(ns, q), keys.query_neighbours(ns, q), keys.namespace_queries(ns)],
+            args=[json.dumps(doc)],
+        )
+        client.sadd(keys.NAMESPACES, ns)
+        if written:
+            return "queries", [(ns, q)]
         return "skipped", []
     if kind == "insight":
         edges, history = record.pop("edges", []), record.pop("history", [])
@@ -185,7 +182,16 @@ def _put(
             "jpos": int(jpos),
             "jneg": int(jneg),
         }
-        grew = put_insight(args=[keys.PREFIX, keys.ns_prefix(node.namespace), node.id, json.dumps(doc)])
+        ns = node.namespace
+        owner = client.hget(keys.INSIGHT_DIRECTORY, node.id)
+        if owner is not None and _str(owner) != ns:
+            raise StoreError(f"namespace: insight {node.id} exists elsewhere")
+        grew = put_insight(
+            keys=[keys.insight(ns, node.id), keys.namespace_insights(ns), keys.namespace_texts(ns)],
+            args=[keys.ns_prefix(ns), node.id, json.dumps(doc)],
+        )
+        client.sadd(keys.NAMESPACES, ns)
+        client.hset(keys.INSIGHT_DIRECTORY, node.id, ns)
         if not grew:
             return "skipped", []
         versions[(node.namespace, node.id)] = node.version

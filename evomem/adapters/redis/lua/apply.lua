@@ -1,5 +1,15 @@
 -- Apply one event's edit plan atomically (the rules are documented in evomem/editing.py and
 -- mirrored by evomem/stores/memory.py; the contract suite holds both to the same tests).
+-- KEYS[1] applied marker, KEYS[2] the namespace's insights, KEYS[3] its queries, KEYS[4] its texts,
+-- KEYS[5] its recent outcomes, KEYS[6] the event's query node, KEYS[7] the event's outbox; then, on
+-- one server, KEYS[8] the id directory, KEYS[9] the namespaces set, KEYS[10] the history stream,
+-- KEYS[11] the change feed. On a Redis Cluster only KEYS[1..7] are given (one slot: the namespace's
+-- hash tag) and what the script would write into the other four is returned in "outbox" instead
+-- (and kept in KEYS[7] until the caller has written it and deleted KEYS[7]); a replay returns it
+-- again while KEYS[7] exists, so a caller that died before writing it writes it on the next try.
+-- The node keys the script derives from ids (an insight's hash, its evidence sets, a revision
+-- chain read here) are not known before it runs; they are built from the same namespace prefix,
+-- so they share KEYS[1]'s hash slot.
 -- ARGV[1] = plan JSON, ARGV[2] = key prefix, ARGV[3] = change stream maxlen, ARGV[4] = history maxlen
 -- Returns the result JSON; a replayed event returns its stored result with "replayed" = true.
 --
@@ -12,12 +22,14 @@ local P = ARGV[2]
 local changes_maxlen = ARGV[3]
 local history_maxlen = ARGV[4]
 local MAX_CHAIN = 32
+local clustered = #KEYS == 7
+local outbox_key = KEYS[7]
 
 local ns = plan.namespace
 local N = P .. ':{' .. ns .. '}'
 local function k(kind, id) return N .. ':' .. kind .. ':' .. id end
 
-local applied_key = k('applied', plan.event_id)
+local applied_key = KEYS[1]
 local done = redis.call('GET', applied_key)
 if done then
   local r = cjson.decode(done)
@@ -25,12 +37,35 @@ if done then
     return redis.error_reply('event_id: event ' .. plan.event_id .. ' was applied before with other content')
   end
   r.replayed = true
+  local unsent = redis.call('GET', outbox_key)
+  if unsent then r.outbox = cjson.decode(unsent) end
   return cjson.encode(r)
+end
+
+-- what lives outside the namespace's slot: written here on one server, handed back on a cluster
+local outbox = {ns = ns, ids = {}, history = {}, changes = {}}
+local function directory(id)
+  if clustered then table.insert(outbox.ids, id) else redis.call('HSET', KEYS[8], id, ns) end
+end
+local function history(record)
+  if clustered then
+    table.insert(outbox.history, record)
+  else
+    redis.call('XADD', KEYS[10], 'MAXLEN', '~', history_maxlen, '*', 'ns', ns, 'record', record)
+  end
+end
+local function announce(kind, id, version)
+  if clustered then
+    table.insert(outbox.changes, {kind, id, version})
+  else
+    redis.call('XADD', KEYS[11], 'MAXLEN', '~', changes_maxlen, '*', 'kind', kind, 'ns', ns, 'id', id,
+      'version', version)
+  end
 end
 
 local q = plan.query_id
 local at = plan.at
-local qkey = k('q', q)
+local qkey = KEYS[6]
 local changed = {}        -- insight id -> version, for nodes whose served fields changed
 local changed_order = {}
 local query_changed = false
@@ -75,8 +110,8 @@ local function create(id, text, parent, bands)
   redis.call('HSET', ins(id), 'text', text, 'state', 'active', 'version', 1,
     'created_by_event', plan.event_id, 'created_at', at, 'updated_at', at)
   if parent then redis.call('HSET', ins(id), 'revised_from', parent) end
-  redis.call('SADD', N .. ':insights', id)
-  redis.call('HSET', P .. ':ids', id, ns)
+  redis.call('SADD', KEYS[2], id)
+  directory(id)
   if bands ~= nil and bands ~= cjson.null then
     for _, band in ipairs(bands) do redis.call('SADD', k('dup', band), id) end
   end
@@ -96,11 +131,11 @@ end
 -- is not rolled back when a command fails, so the query's hash is read before anything is written:
 -- a corrupt key fails the event here, with nothing of it applied.
 local new_query = redis.call('HGET', qkey, 'text') == false
-redis.call('SADD', P .. ':namespaces', ns)
+if not clustered then redis.call('SADD', KEYS[9], ns) end
 if new_query then
   redis.call('HSET', qkey, 'text', plan.query_text, 'status', plan.status,
     'trajectory', plan.trajectory_json, 'event_id', plan.event_id, 'created_at', at)
-  redis.call('SADD', N .. ':queries', q)
+  redis.call('SADD', KEYS[3], q)
   -- no retrieval record said which queries it resembles: the projector links it once indexed
   if plan.similar == cjson.null then redis.call('HSET', qkey, 'link', '1') end
   query_changed = true
@@ -137,7 +172,7 @@ end
 local outcomes = {}
 local created = {}
 local linked = {}   -- new or revised active nodes, for the edge update (Eq. 18)
-local texts = N .. ':texts'
+local texts = KEYS[4]
 
 -- an active insight this text repeats: the same normalised text, else the near twin found before
 local function active_twin(e)
@@ -242,7 +277,7 @@ for _, e in ipairs(plan.edits) do
   local record = cjson.encode({event_id = plan.event_id, op = e.op, outcome = o.outcome,
     insight_id = o.insight_id or cjson.null, new_id = o.new_id or o.forwarded_to or cjson.null,
     query_id = q, decided_by = e.decided_by, at = at})
-  redis.call('XADD', P .. ':history', 'MAXLEN', '~', history_maxlen, '*', 'ns', ns, 'record', record)
+  history(record)
   -- a rejected edit named a node it could not touch: it stays out of that node's history.
   -- (numeric loop: new_id is nil for a forwarded KEEP, and ipairs would stop at that hole)
   if o.outcome ~= 'rejected' then
@@ -269,18 +304,14 @@ for _, o in ipairs(outcomes) do
   if o.op ~= 'ADD' and o.outcome ~= 'rejected' and o.op ~= 'KEEP' then harmed = harmed + 1 end
   if o.outcome == 'archived' or o.outcome == 'revised' or o.outcome == 'merged' then retired = retired + 1 end
 end
-redis.call('LPUSH', N .. ':recent', judged .. ':' .. harmed .. ':' .. retired)
-redis.call('LTRIM', N .. ':recent', 0, 999)  -- the last 1000 events (ports.RECENT_EVENTS)
+redis.call('LPUSH', KEYS[5], judged .. ':' .. harmed .. ':' .. retired)
+redis.call('LTRIM', KEYS[5], 0, 999)  -- the last 1000 events (ports.RECENT_EVENTS)
 
 if query_changed then
   local v = redis.call('HINCRBY', qkey, 'version', 1)
-  redis.call('XADD', P .. ':changes', 'MAXLEN', '~', changes_maxlen, '*', 'kind', 'query', 'ns', ns,
-    'id', q, 'version', v)
+  announce('query', q, v)
 end
-for _, id in ipairs(changed_order) do
-  redis.call('XADD', P .. ':changes', 'MAXLEN', '~', changes_maxlen, '*', 'kind', 'insight', 'ns', ns,
-    'id', id, 'version', changed[id])
-end
+for _, id in ipairs(changed_order) do announce('insight', id, changed[id]) end
 
 local result = {event_id = plan.event_id, replayed = false, outcomes = outcomes, created = created,
   digest = plan.digest}
@@ -288,4 +319,8 @@ if #created == 0 then result.created = cjson.decode('[]') end
 if #outcomes == 0 then result.outcomes = cjson.decode('[]') end
 local encoded = cjson.encode(result)
 redis.call('SET', applied_key, encoded)
-return encoded
+if not clustered then return encoded end
+local unsent = cjson.encode(outbox)
+redis.call('SET', outbox_key, unsent)
+result.outbox = outbox
+return cjson.encode(result)
