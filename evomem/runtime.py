@@ -26,7 +26,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from evomem.adapters.qdrant.edge import EdgeIndex, edge_identity
+from evomem.adapters.qdrant.edge import EdgeIndex, edge_identity, edge_layout
 from evomem.adapters.redis.changes import RedisChangeFeed, cursor_order
 from evomem.adapters.redis.connection import Client, EmbeddedRedis, connect, is_cluster_url, mapped
 from evomem.adapters.redis.events import EventStream
@@ -363,9 +363,10 @@ def replica_dirs(settings: Settings, n: int) -> list[Path]:
 
 def prepare_replicas(settings: Settings, n: int) -> dict[str, Any]:
     """Bring the first replica up to date with the change feed, then give each other replica a copy
-    of it where that is cheaper than replaying what the replica lacks (missing, or behind by more
-    than ``REPLICA_COPY_AFTER_CHANGES``). Runs before the processes that hold them start: a store is
-    only copied while no process holds it. With ``EVOMEM_QDRANT_URL`` there is nothing to prepare."""
+    of it where that is cheaper than replaying what the replica lacks (missing, of another layout,
+    or behind by more than ``REPLICA_COPY_AFTER_CHANGES``). Runs before the processes that hold
+    them start: a store is only copied while no process holds it. With ``EVOMEM_QDRANT_URL`` there
+    is nothing to prepare."""
     if settings.qdrant_url is not None:
         return {"replicas": 0}
     dirs = replica_dirs(settings, n)
@@ -390,7 +391,8 @@ def prepare_replicas(settings: Settings, n: int) -> dict[str, Any]:
         for d in dirs[1:]:
             identity = edge_identity(d)
             behind = REPLICA_COPY_AFTER_CHANGES + 1
-            if d.exists():
+            # a replica of another layout (written by an older evomem) cannot be opened: copy it over
+            if d.exists() and edge_layout(d) == edge_layout(dirs[0]):
                 behind = feed.between(feed.load_cursor(identity), cursor, REPLICA_COPY_AFTER_CHANGES + 1)
             if behind <= REPLICA_COPY_AFTER_CHANGES:
                 report["kept"].append(str(d))  # its process replays the few changes it lacks

@@ -156,6 +156,9 @@ def test_a_replica_is_copied_when_it_lacks_the_store_and_kept_when_close_behind(
         _report_and_consolidate(writer, "alpha", 4, 2)
     again = prepare_replicas(settings, 2)
     assert again["copied"] == [] and again["kept"] == [str(second_dir)]
+    (second_dir / "LAYOUT").write_text("2\n")  # as an older evomem left it: it could not be opened
+    assert prepare_replicas(settings, 2)["copied"] == [str(second_dir)]
+    assert (second_dir / "LAYOUT").read_text() == (replica_dirs(settings, 1)[0] / "LAYOUT").read_text()
     # the copy, opened as its own process opens it, serves what the first replica serves
     replica = settings.model_copy(update={"index_dir": second_dir})
     with Memory.open_local(settings) as one, Memory.open_local(replica) as two:

@@ -70,6 +70,12 @@ class _Guarded:
 _MEMORY = {"pinned": qe.Memory.Pinned, "cached": qe.Memory.Cached, "cold": qe.Memory.Cold}
 
 
+def edge_layout(directory: Path) -> str | None:
+    """The layout an embedded store was written in (None: no store there, or no marker)."""
+    marker = directory / _LAYOUT_FILE
+    return marker.read_text().strip() if marker.exists() else None
+
+
 def edge_identity(directory: Path) -> str:
     """The name an embedded store's projector cursor is kept under in Redis."""
     return f"edge:{directory.resolve()}"
@@ -283,4 +289,4 @@ class EdgeIndex:
             shard.close()
 
 
-__all__ = ["EdgeIndex", "edge_identity"]
+__all__ = ["EdgeIndex", "edge_identity", "edge_layout"]
