@@ -63,6 +63,7 @@ bench: install           ## benchmarks; figures printed and merged into bench/re
 	$(BIN)/python -m bench.llm
 	$(BIN)/python -m bench.http
 	$(BIN)/python -m bench.growth
+	$(BIN)/python -m bench.caches
 
 bench-growth: install    ## cost per task as the memory learns (10k and 100k tasks), and the hot insight
 	$(BIN)/python -m bench.growth

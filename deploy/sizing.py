@@ -172,6 +172,15 @@ def service(results: Json) -> list[str]:
             f"(mean over the levels), so one core gives about {_num(1000 / mean_cpu, 0)} QPS, and one "
             "process uses one core (Qdrant Edge's query holds the GIL).",
         ]
+    workers = (section.get("targets") or {}).get("workers")
+    if isinstance(workers, dict) and workers.get("qps_ratio"):
+        out += [
+            "",
+            f"`evomem serve --workers {workers.get('processes')}` against one process, same run: "
+            f"×{_num(workers.get('qps_ratio'), 2)} the QPS at concurrency {workers.get('concurrency')}, "
+            f"×{_num(workers.get('p50_c1_ratio'), 2)} the p50 at concurrency 1 (each process one core "
+            "and its own replica).",
+        ]
     return [*out, ""]
 
 
@@ -183,22 +192,43 @@ def scale(results: Json) -> list[str]:
         return [*out, "Not measured: `bench/results.json` has no `scale.points`.", ""]
     out += [
         _source("scale", section),
-        "In-process `retrieve()`, Qdrant Edge and the candidate cache in the measured process; "
-        "RSS after the timed calls.",
+        "`evomem serve` on the loaded store (its replica and cursor persisted): start-up until it "
+        "listens, p50/p99 over HTTP at concurrency 1, its resident memory (RSS; anon: the part no "
+        "page cache gives back) after the timed requests, and the copy that gives a second process "
+        "(`--workers 2`) its replica. Points without a service run show the measuring process.",
         "",
     ]
-    rows = [
+    rows = []
+    for p in points:
+        srv = p.get("service") if isinstance(p.get("service"), dict) else {}
+        mem = srv.get("memory_mb") or {}
+        rows.append(
+            [
+                _num(p.get("n_insights")),
+                _num(p.get("n_queries")),
+                _num(srv.get("p50_ms", p.get("p50_ms")), 2),
+                _num(srv.get("p99_ms", p.get("p99_ms")), 2),
+                _num(srv.get("start_s"), 1),
+                _num(p.get("rss_mb_after")),
+                _num(mem.get("RssAnon")),
+                _num(srv.get("store_mb")),
+                _num(srv.get("replica_copy_s"), 1),
+            ]
+        )
+    out += _table(
         [
-            _num(p.get("n_insights")),
-            _num(p.get("n_queries")),
-            _num(p.get("p50_ms"), 2),
-            _num(p.get("p99_ms"), 2),
-            _num(p.get("rss_mb_after")),
-            _num(p.get("candidate_cache_entries")),
-        ]
-        for p in points
-    ]
-    out += _table(["insights", "past queries", "p50 ms", "p99 ms", "RSS MB", "candidate cache entries"], rows)
+            "insights",
+            "past queries",
+            "p50 ms",
+            "p99 ms",
+            "start-up s",
+            "RSS MB",
+            "anon MB",
+            "store on disk MB",
+            "replica copy s",
+        ],
+        rows,
+    )
     slope = _per_100k(
         [(float(p["n_insights"]), float(p["rss_mb_after"])) for p in points if p.get("rss_mb_after")]
     )

@@ -327,14 +327,16 @@ def cmd_project(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """The retrieval service: HTTP API, and the projector for the store it holds."""
-    from evomem.service.server import serve
+    from evomem.service.workers import serve_any
 
     overrides: dict[str, Any] = {}
     if args.host:
         overrides["http_host"] = args.host
     if args.port is not None:
         overrides["http_port"] = args.port
-    serve(Settings(**overrides))
+    if args.workers is not None:
+        overrides["http_workers"] = args.workers
+    serve_any(Settings(**overrides))
     return 0
 
 
@@ -615,6 +617,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("serve", help="run the retrieval service (HTTP) on the embedded store")
     sp.add_argument("--host")
     sp.add_argument("--port", type=int)
+    sp.add_argument(
+        "--workers",
+        type=int,
+        help="processes serving the port, each with its own index replica (EVOMEM_HTTP_WORKERS)",
+    )
     sp.set_defaults(func=cmd_serve)
 
     sp = sub.add_parser("mcp", help="serve the memory to agents over the Model Context Protocol")

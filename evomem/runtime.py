@@ -18,12 +18,15 @@ an adapter through what is built here, never by importing one (``make lint`` che
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import time
 from collections.abc import Callable, Iterable
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
-from evomem.adapters.qdrant.edge import EdgeIndex
+from evomem.adapters.qdrant.edge import EdgeIndex, edge_identity, edge_layout
 from evomem.adapters.redis.changes import RedisChangeFeed, cursor_order
 from evomem.adapters.redis.connection import Client, EmbeddedRedis, connect, is_cluster_url, mapped
 from evomem.adapters.redis.events import EventStream
@@ -54,13 +57,17 @@ __all__ = [
     "default_consumer",
     "ensure_redis",
     "fleet_reader",
+    "hold_redis",
+    "index_dir",
     "llm_configured",
     "make_controller",
     "make_embedder",
     "open_index",
     "open_runtime",
     "open_worker",
+    "prepare_replicas",
     "redis_url",
+    "replica_dirs",
     "stop_redis",
 ]
 
@@ -100,6 +107,15 @@ def connect_redis(settings: Settings) -> Client:
 def ensure_redis(settings: Settings, persistent: bool = False) -> str:
     """Start the embedded Redis of DATA_DIR unless it runs (``persistent``: until ``stop_redis``)."""
     return EmbeddedRedis(settings.data_dir).ensure(persistent=persistent)
+
+
+def hold_redis(settings: Settings) -> tuple[str, Callable[[], None]]:
+    """The URL of the Redis the settings name and a release: the embedded one is started if need be,
+    counted as used by this process until released, and stopped then if nobody else uses it."""
+    if settings.redis_url is not None:
+        return settings.redis_url, lambda: None
+    server = EmbeddedRedis(settings.data_dir)
+    return server.acquire(), server.release
 
 
 def stop_redis(settings: Settings) -> bool:
@@ -150,11 +166,16 @@ def make_controller(settings: Settings | str, client: Client | None = None) -> C
     return LLMController.from_settings(settings, mapped(client))
 
 
+def index_dir(settings: Settings) -> Path:
+    """Where this process's embedded Qdrant store lives (its index replica)."""
+    return settings.index_dir if settings.index_dir is not None else settings.data_dir / "qdrant"
+
+
 def open_index(settings: Settings) -> VectorIndex:
     """Qdrant Edge under DATA_DIR, or a Qdrant server at ``EVOMEM_QDRANT_URL``."""
     embedder = make_embedder(settings)
     if settings.qdrant_url is None:
-        return EdgeIndex(settings.data_dir / "qdrant", embedder.kind, embedder.dim)
+        return EdgeIndex(index_dir(settings), embedder.kind, embedder.dim, settings.index_memory)
     from evomem.adapters.qdrant.client import ClientIndex
 
     return ClientIndex.connect(settings, embedder.kind, embedder.dim)
@@ -221,7 +242,7 @@ class Runtime:
     @cached_property
     def tokens(self) -> TokenStore:
         """The API tokens made at run time (``evomem tokens``)."""
-        return TokenStore(self.redis, self.settings.tenancy_cache_s)
+        return TokenStore(self.redis, self.settings.tenancy_cache_s, self.settings.tenancy_cache_entries)
 
     # -- the projector, following -----------------------------------------------------------------
     def follow(self) -> None:
@@ -324,6 +345,72 @@ def open_runtime(settings: Settings, *, index: bool = True) -> Runtime:
             # that does not follow meets the error again at its next consolidate()
             log.warning("projector.catch_up_failed", error=f"{type(exc).__name__}: {exc}")
     return runtime
+
+
+# -- index replicas (``evomem serve --workers N``) ---------------------------------------------------
+#: A replica behind the first one by more changes than this is replaced by a copy of it rather than
+#: brought up to date by replaying the feed: replay re-embeds and writes every node (1,100 to 3,100
+#: changes a second here), a copy moves the store at disk speed, 100-190 times sooner at 10k-1M
+#: insights (bench/README.md, "Several retrieval processes and a million insights").
+REPLICA_COPY_AFTER_CHANGES = 10_000
+
+
+def replica_dirs(settings: Settings, n: int) -> list[Path]:
+    """The embedded stores of ``n`` retrieval processes: the usual one first, then ``<it>-1``, ..."""
+    base = index_dir(settings)
+    return [base, *(base.with_name(f"{base.name}-{i}") for i in range(1, n))]
+
+
+def prepare_replicas(settings: Settings, n: int) -> dict[str, Any]:
+    """Bring the first replica up to date with the change feed, then give each other replica a copy
+    of it where that is cheaper than replaying what the replica lacks (missing, of another layout,
+    or behind by more than ``REPLICA_COPY_AFTER_CHANGES``). Runs before the processes that hold
+    them start: a store is only copied while no process holds it. With ``EVOMEM_QDRANT_URL`` there
+    is nothing to prepare."""
+    if settings.qdrant_url is not None:
+        return {"replicas": 0}
+    dirs = replica_dirs(settings, n)
+    t0 = time.perf_counter()
+    runtime = open_runtime(settings.model_copy(update={"index_dir": dirs[0]}))
+    try:
+        assert runtime.projector is not None
+        while runtime.projector.run_once().changes > 0:  # open_runtime's catch-up stops at 100k
+            pass
+        cursor = runtime.projector.cursor
+    finally:
+        runtime.close()  # flushed and unlocked: now it can be copied
+    report: dict[str, Any] = {
+        "replicas": n,
+        "first_catch_up_s": round(time.perf_counter() - t0, 3),
+        "copied": [],
+        "kept": [],
+    }
+    client = connect_redis(settings)
+    try:
+        feed = RedisChangeFeed(client)
+        for d in dirs[1:]:
+            identity = edge_identity(d)
+            behind = REPLICA_COPY_AFTER_CHANGES + 1
+            # a replica of another layout (written by an older evomem) cannot be opened: copy it over
+            if d.exists() and edge_layout(d) == edge_layout(dirs[0]):
+                behind = feed.between(feed.load_cursor(identity), cursor, REPLICA_COPY_AFTER_CHANGES + 1)
+            if behind <= REPLICA_COPY_AFTER_CHANGES:
+                report["kept"].append(str(d))  # its process replays the few changes it lacks
+                continue
+            t1 = time.perf_counter()
+            partial = d.with_name(d.name + ".copying")
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(dirs[0], partial)
+            shutil.rmtree(d, ignore_errors=True)
+            partial.rename(d)  # a crash before this leaves no half store under the replica's name
+            feed.save_cursor(identity, cursor)
+            report["copied"].append(str(d))
+            report["copy_s"] = round(time.perf_counter() - t1, 3)
+    finally:
+        client.close()
+    report["total_s"] = round(time.perf_counter() - t0, 3)
+    log.info("replicas.prepared", **report)
+    return report
 
 
 def open_worker(

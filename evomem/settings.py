@@ -36,7 +36,16 @@ class Settings(BaseSettings):
     redis_wait_timeout_ms: int = Field(1000, ge=1, description="how long to wait for those replicas")
     broker_url: str | None = None
     qdrant_url: str | None = None
+    index_dir: Path | None = Field(
+        None,
+        description="this process's embedded Qdrant store (its index replica); unset: DATA_DIR/qdrant",
+    )
     qdrant_api_key: SecretStr | None = None
+    index_memory: Literal["pinned", "cached", "cold"] = Field(
+        "pinned",
+        description="where the embedded store keeps its vectors' index: pinned in RAM, cached (mapped, "
+        "paged in on use), cold (read from disk); the payload is always on disk",
+    )
 
     top_k: int = Field(5, ge=1, le=1000, description="similar past queries per retrieval (k, Eq. 2)")
     hops: int = Field(1, ge=0, le=4, description="query-graph expansion depth (Eq. 3)")
@@ -139,10 +148,27 @@ class Settings(BaseSettings):
         1000, ge=1, description="open connections past which the service answers 503 at once"
     )
 
+    http_workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="retrieval processes `evomem serve` runs on its port, each with its own index replica",
+    )
+    stale_after_s: float = Field(
+        5.0,
+        gt=0,
+        description="a retrieval process whose index is this far behind the change feed answers stale",
+    )
+
     tenancy_cache_s: float = Field(
         2.0,
         ge=0.0,
         description="how long a process keeps per-namespace settings and run-time tokens it has read",
+    )
+    tenancy_cache_entries: int = Field(
+        10_000,
+        ge=1,
+        description="per-namespace settings, and run-time tokens, a process keeps at most (each)",
     )
 
     # The MCP server (`evomem mcp`).

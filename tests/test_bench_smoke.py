@@ -167,7 +167,7 @@ def test_the_http_benchmark_drives_the_service_from_another_process(
             "--scale-iterations",
             "10",
             "--variants",
-            "shipped,current,baseline",
+            "shipped,current,workers,baseline",
             "--baseline",
             "HEAD",
             "--no-progress",
@@ -186,8 +186,15 @@ def test_the_http_benchmark_drives_the_service_from_another_process(
     assert modes == {
         (m, v, c)
         for c in (1, 4)
-        for m, v in (("in_process", "-"), ("http", "shipped"), ("http", "current"), ("http", "baseline"))
+        for m, v in (
+            ("in_process", "-"),
+            ("http", "shipped"),
+            ("http", "current"),
+            ("http", "workers"),
+            ("http", "baseline"),
+        )
     }
+    assert http["targets"]["workers"]["qps_ratio"] > 0 and http["targets"]["workers"]["processes"] == 2
     for r in http["levels"]:
         assert r["errors"] == 0 and r["requests"] > 0 and r["qps"] > 0
         assert 0 < r["p50_ms"] <= r["p99_ms"]
@@ -198,6 +205,12 @@ def test_the_http_benchmark_drives_the_service_from_another_process(
     points = doc[bench_http.SCALE_KEY]["points"]
     assert [p["n_insights"] for p in points] == [60, 120]
     assert all(p["p50_ms"] > 0 and p["index_insights"] == p["n_insights"] for p in points)
+    for p in points:  # Eq. 7 exact: every served insight is the one computed from Redis
+        assert p["recall_vs_exact"]["recall"] == 1.0 and p["recall_vs_exact"]["tasks"] > 0
+        service = p["service"]
+        assert service["requests"] > 0 and service["errors"] == 0 and service["p50_ms"] > 0
+        assert service["start_s"] > 0 and p["rss_mb_after"] == service["memory_mb"]["VmRSS"] > 0
+        assert service["replica_copy_s"] is not None  # the second replica was missing: copied
     printed = capsys.readouterr().out
     assert "HTTP shipped" in printed and "HTTP baseline" in printed and "scale curve" in printed
     assert not (tmp_path / "data" / "http").exists()  # stores removed after the run

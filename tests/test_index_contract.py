@@ -129,6 +129,18 @@ def test_search_queries_ranks_by_cosine_within_the_namespace(index: VectorIndex)
     assert index.search_queries(PROBE, "nobody", 10) == []
 
 
+@pytest.mark.parametrize("order", [("q-b", "q-a", "q-c"), ("q-c", "q-a", "q-b")])
+def test_queries_that_score_alike_are_cut_by_id_whatever_order_they_were_written_in(
+    index: VectorIndex, order: tuple[str, ...]
+) -> None:
+    """Two replicas of the same data hold their points in different places: the top-k of queries
+    that tie must not depend on that, or two processes serve different insights."""
+    index.write_queries([(query(q), NEAR) for q in order] + [(query("q-far"), FAR)])
+    assert ids(index.search_queries(PROBE, "ns", 1)) == ["q-a"]
+    assert ids(index.search_queries(PROBE, "ns", 2)) == ["q-a", "q-b"]
+    assert ids(index.search_queries(PROBE, "ns", 4)) == ["q-a", "q-b", "q-c", "q-far"]
+
+
 def test_dense_search_ranks_by_cosine_within_the_namespace(open_index: Opener) -> None:
     index = open_index("dense", 4)
     index.write_queries(

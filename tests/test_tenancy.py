@@ -237,3 +237,25 @@ def _secret(value: str) -> Any:
     from pydantic import SecretStr
 
     return SecretStr(value)
+
+
+def test_the_caches_hold_at_most_their_setting_and_keep_the_most_recently_used(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    bounded = settings.model_copy(update={"tenancy_cache_entries": 3})
+    resolver = NamespaceSettings(redis_client, bounded, ttl_s=3600)
+    tokens = TokenStore(redis_client, ttl_s=3600, max_entries=3)
+    made = [tokens.create([f"ns{i}"])[0] for i in range(10)]
+    for i in range(10):
+        resolver(f"ns{i}")
+        tokens.lookup(made[i])
+        resolver("ns0")  # used all along: never the one to go
+        tokens.lookup(made[0])
+    assert len(resolver._cache) == 3 and len(tokens._cache) == 3
+    misses = (resolver.misses, tokens.misses)
+    resolver("ns0"), resolver("ns9")
+    tokens.lookup(made[0]), tokens.lookup(made[9])
+    assert (resolver.misses, tokens.misses) == misses  # both still held
+    resolver("ns1")
+    tokens.lookup(made[1])
+    assert (resolver.misses, tokens.misses) == (misses[0] + 1, misses[1] + 1)  # evicted long ago

@@ -42,6 +42,11 @@ class Staleness(_Body):
     projector_lag_s: float = Field(
         description="age of the oldest change not yet in the index; 0 when in step"
     )
+    stale: bool = Field(
+        False,
+        description="the index is further behind than EVOMEM_STALE_AFTER_S: the answer is of the last "
+        "state this process has",
+    )
 
 
 class RetrieveResponse(_Body):

@@ -4,6 +4,7 @@ projector)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -98,7 +99,7 @@ class RetrievalService:
                 for i in r.insights
             ],
             similar_queries=list(r.similar),
-            stale=Staleness(projector_lag_s=self.staleness()),
+            stale=self._staleness(),
             degraded=degraded,
         )
 
@@ -164,8 +165,21 @@ class RetrievalService:
                     f" ({state.error})" if state.error else ""
                 )
                 healthy = False
-        out["projector_lag_s"] = self.staleness()
+        lag = self._staleness()
+        out["projector_lag_s"] = lag.projector_lag_s
+        # a stale replica stays healthy: it serves the last state it has and says so
+        out["stale"] = lag.stale
+        projector = self.runtime.projector
+        out["replica"] = {
+            "pid": os.getpid(),
+            "index": projector.index.identity if projector is not None else None,
+            "cursor": projector.cursor if projector is not None else None,
+        }
         return healthy, out
+
+    def _staleness(self) -> Staleness:
+        lag = self.staleness()
+        return Staleness(projector_lag_s=lag, stale=lag > self.runtime.settings.stale_after_s)
 
     def _following(self) -> bool:
         state = self.runtime.follower()

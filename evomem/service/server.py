@@ -155,11 +155,15 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def build_server(settings: Settings, runtime: Runtime | None = None) -> EvomemHTTPServer:
+def build_server(
+    settings: Settings, runtime: Runtime | None = None, sock: socket.socket | None = None
+) -> EvomemHTTPServer:
     """The retrieval side: the stores (``runtime``, or those the settings name), the projector
-    following the change feed, and the HTTP API on its bound socket."""
+    following the change feed, and the HTTP API on its bound socket (``sock``: one already listening,
+    as ``evomem serve --workers`` hands each process)."""
     auth = TokenAuth(settings.tokens.get_secret_value() if settings.tokens else None)
-    sock = bind(settings.http_host, settings.http_port)  # first: a port in use opens nothing
+    if sock is None:
+        sock = bind(settings.http_host, settings.http_port)  # first: a port in use opens nothing
     try:
         runtime = runtime or open_runtime(settings)
     except BaseException:
@@ -181,7 +185,8 @@ def build_server(settings: Settings, runtime: Runtime | None = None) -> EvomemHT
 
 
 def serve(settings: Settings) -> None:
-    """Run until SIGTERM/SIGINT; the URL is written under DATA_DIR so other processes can find it."""
+    """Run until SIGTERM/SIGINT; the URL is written under DATA_DIR so other processes can find it.
+    One process; ``evomem.service.workers.serve_workers`` runs several."""
     server = build_server(settings)
     url_file = service_url_file(settings.data_dir)
 

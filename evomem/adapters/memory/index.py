@@ -80,7 +80,7 @@ class InMemoryIndex:
     # -- reads -----------------------------------------------------------------------------------
     @staticmethod
     def _top(scored: list[tuple[float, str, _P]], k: int) -> list[tuple[float, str, _P]]:
-        scored.sort(key=lambda hit: -hit[0])
+        scored.sort(key=lambda hit: (-hit[0], hit[1]))  # ties by id, as the Qdrant adapters break them
         return [hit for hit in scored if hit[0] > 0][: max(k, 0)]
 
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:

@@ -34,6 +34,7 @@ from evomem.adapters.qdrant.common import (
     query_payload,
     query_point_id,
     serving_from_payload,
+    top_k_deterministic,
 )
 from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
 from evomem.core.retrieval import ServingInsight
@@ -291,12 +292,15 @@ class ClientIndex:
         return models.FieldCondition(key=field, match=models.MatchValue(value=value))
 
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
-        hits = self._nearest(
-            keys.QUERY_COLLECTION,
-            namespaced(vector, namespace),
-            [self._match("namespace", namespace)],
+        conditions = [self._match("namespace", namespace)]
+        probe = namespaced(vector, namespace)
+        hits = top_k_deterministic(
+            lambda limit: self._nearest(
+                keys.QUERY_COLLECTION, probe, conditions, limit, ["id", "supports", "harms"]
+            ),
             k,
-            ["id", "supports", "harms"],
+            lambda h: float(h.score),
+            lambda h: str((h.payload or {}).get("id", "")),
         )
         return [hit_from_payload(h.payload or {}, float(h.score)) for h in hits]
 

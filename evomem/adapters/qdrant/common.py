@@ -89,6 +89,23 @@ def serving_from_payload(p: dict[str, Any]) -> ServingInsight:
     return ServingInsight(p["id"], p["text"], int(p.get("version", 0)), tuple(p.get("inherits") or ()))
 
 
+def top_k_deterministic(search: Any, k: int, score: Any, node_id: Any, first: int | None = None) -> list[Any]:
+    """The top ``k`` of ``search(limit)`` by score, ties broken by node id. The engine breaks ties
+    by where a point sits in its segments, which differs between two replicas of the same data (a
+    copy caught up by replay, a store rebuilt): two processes would serve different insights for
+    templated tasks whose past queries score exactly alike. ``first`` hits are asked for (default
+    one more than ``k``); only when the last of them still ties with the k-th is the search
+    repeated wider."""
+    if k <= 0:
+        return []
+    limit = max(first or 0, k + 1)
+    hits = list(search(limit))
+    if len(hits) == limit and score(hits[-1]) == score(hits[k - 1]):
+        hits = list(search(4 * limit + 16))
+    hits.sort(key=lambda h: (-score(h), node_id(h)))
+    return hits[:k]
+
+
 def latest(points: Any) -> list[Any]:
     """The newest of each node among (point, vector) pairs, by (namespace, id)."""
     out: dict[tuple[str, str], Any] = {}

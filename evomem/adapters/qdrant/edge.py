@@ -27,6 +27,7 @@ from evomem.adapters.qdrant.common import (
     query_payload,
     query_point_id,
     serving_from_payload,
+    top_k_deterministic,
 )
 from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
 from evomem.core.retrieval import ServingInsight
@@ -66,12 +67,33 @@ class _Guarded:
         return call
 
 
+_MEMORY = {"pinned": qe.Memory.Pinned, "cached": qe.Memory.Cached, "cold": qe.Memory.Cold}
+
+
+def edge_layout(directory: Path) -> str | None:
+    """The layout an embedded store was written in (None: no store there, or no marker)."""
+    marker = directory / _LAYOUT_FILE
+    return marker.read_text().strip() if marker.exists() else None
+
+
+def edge_identity(directory: Path) -> str:
+    """The name an embedded store's projector cursor is kept under in Redis."""
+    return f"edge:{directory.resolve()}"
+
+
 class EdgeIndex:
     """A ``VectorIndex`` on two Qdrant Edge shards."""
 
-    def __init__(self, directory: Path, kind: Literal["sparse", "dense"], dim: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        kind: Literal["sparse", "dense"],
+        dim: int,
+        memory: Literal["pinned", "cached", "cold"] = "pinned",
+    ) -> None:
         self.dir = directory.resolve()
-        self.identity = f"edge:{self.dir}"
+        self.memory = _MEMORY[memory]
+        self.identity = edge_identity(self.dir)
         self.kind = kind
         self.fresh = False
         self._check_layout()
@@ -95,15 +117,20 @@ class EdgeIndex:
 
     def _open(self, name: str, kind: str, dim: int, indexes: Sequence[tuple[str, str]]) -> Any:
         path = self.dir / name
+        # the payload stays on disk (Edge's default, mmap); ``memory`` places the vectors' index
         if kind == "sparse":
-            sparse = qe.EdgeSparseVectorParams(full_scan_threshold=SPARSE_FULL_SCAN_THRESHOLD)
-            config = qe.EdgeConfig(sparse_vectors={VECTOR_NAME: sparse})
+            sparse = qe.EdgeSparseVectorParams(
+                full_scan_threshold=SPARSE_FULL_SCAN_THRESHOLD, memory=self.memory
+            )
+            config = qe.EdgeConfig(sparse_vectors={VECTOR_NAME: sparse}, payload_memory=qe.Memory.Cold)
         else:
-            params = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
-            config = qe.EdgeConfig(vectors={VECTOR_NAME: params})
+            params = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=self.memory)
+            config = qe.EdgeConfig(vectors={VECTOR_NAME: params}, payload_memory=qe.Memory.Cold)
         try:
             if (path / "segments").exists():
-                return _Guarded(qe.EdgeShard.load(str(path)), str(path))
+                # the configuration given again: a changed EVOMEM_INDEX_MEMORY applies to a store
+                # that exists (the engine checks the rest is compatible and rewrites its config)
+                return _Guarded(qe.EdgeShard.load(str(path), config), str(path))
             path.mkdir(parents=True, exist_ok=True)
             shard = _Guarded(qe.EdgeShard.create(str(path), config), str(path))
         except Exception as exc:  # the engine raises a bare exception type for a held WAL lock
@@ -181,14 +208,23 @@ class EdgeIndex:
         return qe.FieldCondition(field, match=qe.MatchValue(value))
 
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
-        hits = self._nearest(
-            self.queries,
-            namespaced(vector, namespace),
-            [self._match("namespace", namespace)],
+        # ids and scores of a few more than k (past queries of templated tasks often score exactly
+        # alike: the cut must see every tie), then the evidence of the k kept, by id: the evidence
+        # arrays are read for k queries only, and one search suffices unless the tie runs longer
+        conditions = [self._match("namespace", namespace)]
+        probe = namespaced(vector, namespace)
+        hits = top_k_deterministic(
+            lambda limit: self._nearest(self.queries, probe, conditions, limit, ["id"]),
             k,
-            ["id", "supports", "harms"],
+            lambda h: float(h.score),
+            lambda h: h.payload["id"],
+            first=2 * k + 8,
         )
-        return [hit_from_payload(h.payload, float(h.score)) for h in hits if h.score > 0]
+        kept = [(h.payload["id"], float(h.score)) for h in hits if h.score > 0]
+        evidence = self.query_evidence(namespace, [q for q, _ in kept])
+        return [
+            QueryHit(q, score, e.supports, e.harms) for q, score in kept if (e := evidence.get(q)) is not None
+        ]
 
     def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
         if not ids:
@@ -253,4 +289,4 @@ class EdgeIndex:
             shard.close()
 
 
-__all__ = ["EdgeIndex"]
+__all__ = ["EdgeIndex", "edge_identity", "edge_layout"]

@@ -61,6 +61,12 @@ class RedisChangeFeed:
         written_ms = int(_s(nxt[0][0]).split("-")[0])
         return max(0.0, time.time() - written_ms / 1000)
 
+    def between(self, after: str, upto: str, cap: int) -> int:
+        """Changes past ``after`` up to ``upto`` (counted up to ``cap``)."""
+        if cursor_order(after) >= cursor_order(upto):
+            return 0
+        return len(self.r.xrange(keys.CHANGES_STREAM, min=f"({after}", max=upto, count=cap))
+
     def lags(self, cap: int = 100_000) -> dict[str, int]:
         """Changes each known read model has not applied yet (from the cursors kept in Redis)."""
         prefix = keys.projector_cursor("")

@@ -9,9 +9,11 @@ retrieval path pays one dictionary lookup, and a change reaches every process wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +46,11 @@ class NamespaceSettings:
         self.client = mapped(client)
         self.base = base
         self.ttl_s = base.tenancy_cache_s if ttl_s is None else ttl_s
-        self._cache: dict[str, tuple[float, Settings]] = {}
+        self.max_entries = base.tenancy_cache_entries
+        # bounded, least recently used out: a fleet of a million namespaces cannot grow it past
+        # the setting
+        self._cache: OrderedDict[str, tuple[float, Settings]] = OrderedDict()
+        self.hits = self.misses = 0
         self._lock = threading.Lock()
 
     # -- resolving (the hot path) -----------------------------------------------------------------
@@ -52,7 +58,11 @@ class NamespaceSettings:
         now = time.monotonic()
         hit = self._cache.get(namespace)
         if hit is not None and now - hit[0] < self.ttl_s:
+            self.hits += 1
+            with self._lock, contextlib.suppress(KeyError):  # least recently used goes first
+                self._cache.move_to_end(namespace)
             return hit[1]
+        self.misses += 1
         try:
             effective = self._effective(self.get(namespace))
         except (EvomemError, redis.RedisError, OSError) as exc:
@@ -61,6 +71,9 @@ class NamespaceSettings:
             return hit[1] if hit is not None else self.base
         with self._lock:
             self._cache[namespace] = (now, effective)
+            self._cache.move_to_end(namespace)
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
         return effective
 
     def _effective(self, overrides: NamespaceOverrides) -> Settings:

@@ -8,6 +8,7 @@ works, and a revoked one stops working, within that time and without a restart.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import secrets
@@ -25,7 +26,6 @@ from evomem.errors import EvomemError, InvalidEventError, NotFoundError
 from schemas.models import Namespace
 
 TOKEN_PREFIX = "emk_"
-CACHE_ENTRIES = 10_000
 ALL = "*"
 
 
@@ -52,9 +52,11 @@ def digest(token: str) -> str:
 
 
 class TokenStore:
-    def __init__(self, client: Client, ttl_s: float = 2.0) -> None:
+    def __init__(self, client: Client, ttl_s: float = 2.0, max_entries: int = 10_000) -> None:
         self.client = mapped(client)
         self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self.hits = self.misses = 0
         self._cache: OrderedDict[str, tuple[float, TokenRecord | None]] = OrderedDict()
         self._any: tuple[float, bool] = (-1e9, False)
         self._lock = threading.Lock()
@@ -97,7 +99,11 @@ class TokenStore:
         now = time.monotonic()
         hit = self._cache.get(h)
         if hit is not None and now - hit[0] < self.ttl_s:
+            self.hits += 1
+            with self._lock, contextlib.suppress(KeyError):  # least recently used goes first
+                self._cache.move_to_end(h)
             return hit[1]
+        self.misses += 1
         try:
             raw = self.client.hget(keys.TOKENS, h)
         except (EvomemError, redis.RedisError, OSError):
@@ -106,7 +112,7 @@ class TokenStore:
         with self._lock:
             self._cache[h] = (now, record)
             self._cache.move_to_end(h)
-            while len(self._cache) > CACHE_ENTRIES:
+            while len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)
         return record
 
