@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from evomem import Settings
+from evomem.core.hashing import word_features
+from evomem.core.retrieval import Candidate, text_relevance
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 #: The key of the retrieval suite, which wrote its figures at the top level before the suites shared the file.
@@ -127,11 +129,19 @@ def merge_results(path: Path, key: str, section: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def relevance_of(query: str) -> Callable[[Candidate], float]:
+    """The weighted score's text factor as the retriever applies it (``EVOMEM_RELEVANCE_POWER``), for the suites
+    that recompute a ranking outside the retriever: the cosine of the word 1-2-gram sets."""
+    task = word_features(query)
+    return lambda c: text_relevance(task, frozenset(word_features(c.text)))
+
+
 __all__ = [
     "DEFAULT_OUT",
     "embedded_settings",
     "machine_info",
     "merge_results",
+    "relevance_of",
     "summarise",
     "time_calls",
 ]

@@ -35,6 +35,7 @@ from bench.common import (
     embedded_settings,
     machine_info,
     merge_results,
+    relevance_of,
     summarise,
     time_calls,
 )
@@ -554,6 +555,8 @@ def stage_breakdown(mem: Memory, tasks: Sequence[tuple[str, str]]) -> dict[str, 
             weights=expansion.weights,
             scoring=s.scoring,
             power=s.similarity_power,
+            relevance=relevance_of(text) if s.relevance_power > 0 else None,
+            relevance_power=s.relevance_power,
         )
         t6 = clock()
         rid = str(uuid.uuid4())

@@ -58,6 +58,8 @@ def exact_recall(mem: Memory, tasks: Sequence[Task]) -> dict[str, Any]:
             weights=expansion.weights,
             scoring=s.scoring,
             power=s.similarity_power,
+            relevance=common.relevance_of(text) if s.relevance_power > 0 else None,
+            relevance_power=s.relevance_power,
         )
         exact = [i.id for i in ranked]
         exact_n += len(exact)
