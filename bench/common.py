@@ -130,8 +130,9 @@ def merge_results(path: Path, key: str, section: Mapping[str, Any]) -> None:
 
 
 def relevance_of(query: str) -> Callable[[Candidate], float]:
-    """The weighted score's text factor as the retriever applies it (``EVOMEM_RELEVANCE_POWER``), for the suites
-    that recompute a ranking outside the retriever: the cosine of the word 1-2-gram sets."""
+    """The weighted score's text factor as the retriever applies it (``EVOMEM_RELEVANCE_POWER``),
+    for the suites that recompute a ranking outside the retriever: the cosine of the word 1-2-gram
+    sets."""
     task = word_features(query)
     return lambda c: text_relevance(task, frozenset(word_features(c.text)))
 
