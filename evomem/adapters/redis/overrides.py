@@ -9,11 +9,8 @@ retrieval path pays one dictionary lookup, and a change reaches every process wi
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +19,7 @@ from pydantic import ValidationError
 
 from evomem import keys
 from evomem.adapters.redis.connection import Client, mapped
+from evomem.adapters.redis.recent import RecentCache
 from evomem.errors import EvomemError, InvalidEventError
 from evomem.logs import get_logger
 from evomem.settings import OVERRIDABLE, NamespaceOverrides, Settings
@@ -49,31 +47,30 @@ class NamespaceSettings:
         self.max_entries = base.tenancy_cache_entries
         # bounded, least recently used out: a fleet of a million namespaces cannot grow it past
         # the setting
-        self._cache: OrderedDict[str, tuple[float, Settings]] = OrderedDict()
-        self.hits = self.misses = 0
-        self._lock = threading.Lock()
+        self._cache: RecentCache[Settings] = RecentCache(self.ttl_s, self.max_entries)
+
+    @property
+    def hits(self) -> int:
+        return self._cache.hits
+
+    @property
+    def misses(self) -> int:
+        return self._cache.misses
 
     # -- resolving (the hot path) -----------------------------------------------------------------
     def __call__(self, namespace: str) -> Settings:
         now = time.monotonic()
-        hit = self._cache.get(namespace)
-        if hit is not None and now - hit[0] < self.ttl_s:
-            self.hits += 1
-            with self._lock, contextlib.suppress(KeyError):  # least recently used goes first
-                self._cache.move_to_end(namespace)
+        hit, fresh = self._cache.get(namespace, now)
+        if fresh:
+            assert hit is not None
             return hit[1]
-        self.misses += 1
         try:
             effective = self._effective(self.get(namespace))
         except (EvomemError, redis.RedisError, OSError) as exc:
             # Redis away: keep serving what was known (retrieval fails open), else the global settings
             log.debug("tenancy.settings_unreadable", namespace=namespace, error=str(exc))
             return hit[1] if hit is not None else self.base
-        with self._lock:
-            self._cache[namespace] = (now, effective)
-            self._cache.move_to_end(namespace)
-            while len(self._cache) > self.max_entries:
-                self._cache.popitem(last=False)
+        self._cache.put(namespace, effective, now)
         return effective
 
     def _effective(self, overrides: NamespaceOverrides) -> Settings:
@@ -82,11 +79,7 @@ class NamespaceSettings:
 
     def forget(self, namespace: str | None = None) -> None:
         """Drop cached settings (all, or one namespace's): the next call reads them again."""
-        with self._lock:
-            if namespace is None:
-                self._cache.clear()
-            else:
-                self._cache.pop(namespace, None)
+        self._cache.drop(namespace)
 
     # -- the store ----------------------------------------------------------------------------------
     def get(self, namespace: str) -> NamespaceOverrides:

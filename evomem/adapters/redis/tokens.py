@@ -8,13 +8,11 @@ works, and a revoked one stops working, within that time and without a restart.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import asdict, dataclass
 
 import redis
@@ -22,6 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from evomem import keys
 from evomem.adapters.redis.connection import Client, mapped
+from evomem.adapters.redis.recent import RecentCache
 from evomem.errors import EvomemError, InvalidEventError, NotFoundError
 from schemas.models import Namespace
 
@@ -56,10 +55,17 @@ class TokenStore:
         self.client = mapped(client)
         self.ttl_s = ttl_s
         self.max_entries = max_entries
-        self.hits = self.misses = 0
-        self._cache: OrderedDict[str, tuple[float, TokenRecord | None]] = OrderedDict()
+        self._cache: RecentCache[TokenRecord | None] = RecentCache(ttl_s, max_entries)
         self._any: tuple[float, bool] = (-1e9, False)
         self._lock = threading.Lock()
+
+    @property
+    def hits(self) -> int:
+        return self._cache.hits
+
+    @property
+    def misses(self) -> int:
+        return self._cache.misses
 
     # -- management ---------------------------------------------------------------------------------
     def create(self, namespaces: list[str], name: str = "") -> tuple[str, TokenRecord]:
@@ -97,23 +103,16 @@ class TokenStore:
         """The record of a token, or None; cached (found or not) for ``ttl_s``."""
         h = digest(token)
         now = time.monotonic()
-        hit = self._cache.get(h)
-        if hit is not None and now - hit[0] < self.ttl_s:
-            self.hits += 1
-            with self._lock, contextlib.suppress(KeyError):  # least recently used goes first
-                self._cache.move_to_end(h)
+        hit, fresh = self._cache.get(h, now)
+        if fresh:
+            assert hit is not None
             return hit[1]
-        self.misses += 1
         try:
             raw = self.client.hget(keys.TOKENS, h)
         except (EvomemError, redis.RedisError, OSError):
             return hit[1] if hit is not None else None  # Redis away: what was known, else no
         record = _record(raw) if raw is not None else None
-        with self._lock:
-            self._cache[h] = (now, record)
-            self._cache.move_to_end(h)
-            while len(self._cache) > self.max_entries:
-                self._cache.popitem(last=False)
+        self._cache.put(h, record, now)
         return record
 
     def any(self) -> bool:
@@ -131,7 +130,7 @@ class TokenStore:
 
     def _drop_cache(self) -> None:
         with self._lock:
-            self._cache.clear()
+            self._cache.drop()
             self._any = (-1e9, False)
 
 
