@@ -17,6 +17,7 @@ template word. Either way, ties go to the insight whose best supporting query is
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -229,14 +230,16 @@ def _by_relevance(
     most 1, so in descending r, once r falls below the B-th best product no later candidate can
     reach the top B: relevance is computed for the few candidates that can still be served."""
     out: list[_Scored] = []
-    bar = 0.0  # the B-th best product so far
+    best: list[float] = []  # the B best products so far, a min-heap: best[0] is the B-th
     for neg_r, neg_sim, neg_s, ident, n, c, cand in scored:  # sorted by descending r
-        if len(out) >= budget and -neg_r < bar:
+        if len(best) >= budget and -neg_r < best[0]:
             break
         r = -neg_r * max(relevance(cand), RELEVANCE_FLOOR) ** power
         out.append((-r, neg_sim, neg_s, ident, n, c, cand))
-        if len(out) >= budget:
-            bar = -sorted(out)[budget - 1][0]
+        if len(best) < budget:
+            heapq.heappush(best, r)
+        elif r > best[0]:
+            heapq.heapreplace(best, r)
     out.sort()
     return out[:budget]
 

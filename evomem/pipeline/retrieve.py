@@ -43,6 +43,8 @@ class Retrieval:
     insights: tuple[ScoredInsight, ...]
     similar: tuple[str, ...]
     expanded: int
+    candidates: int = 0
+    """|Eq. 7's candidates|: the active insights Q̃ˢ supports, which were read to rank."""
 
     def render(self, header: str = "Insights from similar past tasks (most reliable first):") -> str:
         """A block to put in the agent's prompt; empty when there is nothing to serve."""
@@ -118,7 +120,13 @@ class Retriever:
                 relevance_power=s.relevance_power,
             )  # Eq. 8-10
         retrieval = Retrieval(
-            str(uuid.uuid4()), namespace, query, tuple(ranked), expansion.similar, len(expansion.expanded)
+            str(uuid.uuid4()),
+            namespace,
+            query,
+            tuple(ranked),
+            expansion.similar,
+            len(expansion.expanded),
+            len(candidates),
         )
         if record:
             # off the agent's path: the record is only read when the report is consolidated, and

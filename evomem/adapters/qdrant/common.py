@@ -7,6 +7,7 @@ An edit therefore rewrites one small query payload, never an insight's whole evi
 
 from __future__ import annotations
 
+import re
 import uuid
 import zlib
 from collections.abc import Mapping
@@ -41,8 +42,14 @@ def namespaced(vec: Vector, namespace: str) -> Vector:
     return {int(k) ^ salt: v for k, v in vec.items()}
 
 
+#: A UUID as ``str(uuid.UUID(...))`` writes it, which is its own point id.
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def point_id(node_id: str) -> str:
     """Qdrant wants a UUID or an integer; node ids that are not UUIDs map to a uuid5 of themselves."""
+    if _CANONICAL_UUID.fullmatch(node_id):
+        return node_id  # the usual case, without parsing (retrieval maps hundreds of ids a call)
     try:
         return str(uuid.UUID(node_id))
     except ValueError:
