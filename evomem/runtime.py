@@ -175,7 +175,13 @@ def open_index(settings: Settings) -> VectorIndex:
     """Qdrant Edge under DATA_DIR, or a Qdrant server at ``EVOMEM_QDRANT_URL``."""
     embedder = make_embedder(settings)
     if settings.qdrant_url is None:
-        return EdgeIndex(index_dir(settings), embedder.kind, embedder.dim, settings.index_memory)
+        return EdgeIndex(
+            index_dir(settings),
+            embedder.kind,
+            embedder.dim,
+            settings.index_memory,
+            idf=settings.similarity == "idf",
+        )
     from evomem.adapters.qdrant.client import ClientIndex
 
     return ClientIndex.connect(settings, embedder.kind, embedder.dim)

@@ -12,6 +12,7 @@ OperationsMode = Literal["all", "add+keep+archive", "add+keep"]
 ArchivePolicy = Literal["evidence", "immediate"]
 Scoring = Literal["weighted", "count"]
 RulesCredit = Literal["relevant", "all"]
+Similarity = Literal["cosine", "idf"]
 
 #: Which operations each ablation (paper Figure 3) allows; ADD is always allowed.
 ALLOWED_OPERATIONS: dict[str, frozenset[str]] = {
@@ -67,6 +68,11 @@ class Settings(BaseSettings):
     )
     scoring: Scoring = Field(
         "weighted", description="weighted: support and conflict weighted by similarity; count: Eq. 8-9"
+    )
+    similarity: Similarity = Field(
+        "idf",
+        description="Eq. 2's search for similar past queries: cosine (the paper) or idf (each word weighted "
+        "by how rare it is among the namespace's queries; sparse embedders only)",
     )
     similarity_power: float = Field(
         3.0, ge=1.0, le=8.0, description="weighted scoring counts a query by its similarity to this power"

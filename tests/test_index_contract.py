@@ -40,14 +40,16 @@ def open_index(backend: str, tmp_path: Path) -> Iterator[Opener]:
     """Opens indexes of the parametrised backend and closes whatever is still open afterwards."""
     opened: list[VectorIndex] = []
 
-    def _open(kind: Kind = "sparse", dim: int = 4) -> VectorIndex:
+    def _open(kind: Kind = "sparse", dim: int = 4, idf: bool = False) -> VectorIndex:
         index: VectorIndex
         if backend == "edge":
-            index = EdgeIndex(tmp_path / "qdrant", kind, dim if kind == "dense" else 0)
+            index = EdgeIndex(tmp_path / "qdrant", kind, dim if kind == "dense" else 0, idf=idf)
         elif backend == "client":
-            index = ClientIndex.connect(Settings(data_dir=tmp_path, qdrant_url=":memory:"), kind, dim)
+            similarity = "idf" if idf else "cosine"
+            settings = Settings(data_dir=tmp_path, qdrant_url=":memory:", similarity=similarity)
+            index = ClientIndex.connect(settings, kind, dim)
         else:
-            index = InMemoryIndex(kind, dim)
+            index = InMemoryIndex(kind, dim, idf=idf)
         opened.append(index)
         return index
 
@@ -221,6 +223,56 @@ def test_query_evidence_reads_the_evidence_of_known_queries_of_the_namespace(ind
     assert {q: (h.supports, h.harms) for q, h in found.items()} == {"a": (("i1",), ("i2",)), "b": ((), ())}
     assert index.query_evidence("elsewhere", ["a"])["a"].supports == ("x",)
     assert index.query_evidence("ns", []) == {}
+
+
+# -- EVOMEM_SIMILARITY=idf: Eq. 2 with rare words weighing more -----------------------------------
+_TEMPLATED = [
+    f"Explain {w} to the new hires on the platform team"
+    for w in ("sharding", "retries", "quotas", "tracing", "backpressure", "leases")
+]
+_SAME_SUBJECT = "Why does caching go stale after a deploy"
+_TASK = "Explain caching to the new hires on the platform team"
+
+
+@pytest.mark.parametrize("idf", [False, True])
+def test_idf_finds_the_past_query_on_the_same_subject_and_weighs_it_by_its_cosine(
+    open_index: Opener, idf: bool
+) -> None:
+    """Templated tasks share most of their words: by cosine the task's nearest past queries are the
+    same template on other subjects; weighted by IDF, the one past query that shares the rare word
+    (the subject) comes first. Every backend finds the same queries, and the score each carries is
+    still its cosine to the task (what w(q) and the query graph's edges use)."""
+    index = open_index(idf=idf)
+    emb = HashingEmbedder()
+    texts = {f"t{n}": t for n, t in enumerate(_TEMPLATED)} | {"subject": _SAME_SUBJECT}
+    index.write_queries([(query(q), emb.embed_one(t)) for q, t in texts.items()])
+    index.write_queries([(query("foreign", "elsewhere"), emb.embed_one(_TASK))])
+    task = emb.embed_one(_TASK)
+    hits = index.search_queries(task, "ns", 3)
+    cosine = {q: sum(v * emb.embed_one(t).get(d, 0.0) for d, v in task.items()) for q, t in texts.items()}
+    by_cosine = sorted(texts, key=lambda q: -cosine[q])
+    assert [h.id for h in hits] == (["subject", *by_cosine[:2]] if idf else by_cosine[:3])
+    assert all(math.isclose(h.score, cosine[h.id], rel_tol=1e-5) for h in hits)
+    assert by_cosine[-1] == "subject"  # last of all by cosine
+
+
+def test_a_store_built_for_one_similarity_refuses_to_open_for_the_other(tmp_path: Path) -> None:
+    EdgeIndex(tmp_path / "qdrant", "sparse", 0, idf=False).close()
+    with pytest.raises(ConfigError, match=r"EVOMEM_SIMILARITY=cosine.*delete that directory"):
+        EdgeIndex(tmp_path / "qdrant", "sparse", 0)  # idf, the default
+
+
+def test_a_qdrant_collection_changes_similarity_in_place(tmp_path: Path) -> None:
+    """IDF is applied at search time, so a Qdrant server's collection is switched, not rebuilt."""
+    client = QdrantClient(location=":memory:")
+    emb = HashingEmbedder()
+    for idf in (False, True, False):
+        index = ClientIndex(client, "sparse", 0, identity="t", where=":memory:", local=True, idf=idf)
+        if not idf:
+            texts = {f"t{n}": t for n, t in enumerate(_TEMPLATED)} | {"subject": _SAME_SUBJECT}
+            index.write_queries([(query(q), emb.embed_one(t)) for q, t in texts.items()])
+        first = index.search_queries(emb.embed_one(_TASK), "ns", 1)[0].id
+        assert (first == "subject") == idf
 
 
 # -- the candidate filter (Eq. 7): active state and evidence ids ------------------------------------

@@ -24,9 +24,10 @@ _P = TypeVar("_P", QueryPoint, InsightPoint)
 class InMemoryIndex:
     """A ``VectorIndex`` held in two dicts; ``fresh`` is always True because nothing outlives it."""
 
-    def __init__(self, kind: Literal["sparse", "dense"] = "sparse", dim: int = 0) -> None:
+    def __init__(self, kind: Literal["sparse", "dense"] = "sparse", dim: int = 0, idf: bool = True) -> None:
         self.kind = kind
         self.dim = dim
+        self.idf = idf and kind == "sparse"
         self.identity = f"memory:{id(self)}"
         self.fresh = True
         self._lock = threading.Lock()
@@ -88,12 +89,27 @@ class InMemoryIndex:
             return []
         query = self._prepare(vector)
         with self._lock:
-            scored = [
-                (self._score(query, v), q.id, q)
-                for (ns, _), (q, v) in self._queries.items()
-                if ns == namespace
-            ]
-        return [QueryHit(q.id, s, q.supports, q.harms) for s, _, q in self._top(scored, k)]
+            held = [(q, v) for (ns, _), (q, v) in self._queries.items() if ns == namespace]
+            total = len(self._queries)
+        if not self.idf:
+            scored = [(self._score(query, v), q.id, q) for q, v in held]
+            return [QueryHit(q.id, s, q.supports, q.harms) for s, _, q in self._top(scored, k)]
+        # Qdrant's IDF modifier: each query weight times ln((N - n + 0.5) / (n + 0.5) + 1), N the
+        # points of the collection, n those holding the dimension (a namespace's own: see namespaced)
+        assert isinstance(query, dict)
+        df = dict.fromkeys(query, 0)
+        for _, v in held:
+            assert isinstance(v, dict)
+            for d in query.keys() & v.keys():
+                df[d] += 1
+        weighted = {
+            d: w * math.log((total - n + 0.5) / (n + 0.5) + 1.0) for d, w in query.items() if (n := df[d])
+        }
+        ranked = self._top([(self._score(weighted, v), q.id, q) for q, v in held], k)
+        return [
+            QueryHit(q.id, self._score(query, self._queries[(namespace, q.id)][1]), q.supports, q.harms)
+            for _, _, q in ranked
+        ]
 
     def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
         with self._lock:

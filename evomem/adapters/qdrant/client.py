@@ -34,6 +34,7 @@ from evomem.adapters.qdrant.common import (
     query_payload,
     query_point_id,
     serving_from_payload,
+    sparse_dot,
     top_k_deterministic,
 )
 from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
@@ -52,6 +53,11 @@ _SCHEMAS: dict[str, Any] = {
 }
 _QUERY_INDEXES: dict[str, Any] = {field: _SCHEMAS[kind] for field, kind in QUERY_INDEXES}
 _INSIGHT_INDEXES: dict[str, Any] = {field: _SCHEMAS[kind] for field, kind in INSIGHT_INDEXES}
+
+
+def _sparse_params(idf: bool) -> models.SparseVectorParams:
+    # NONE, not None: in an update, None means "leave as it is"
+    return models.SparseVectorParams(modifier=models.Modifier.IDF if idf else models.Modifier.NONE)
 
 
 def _where(url: str) -> str:
@@ -79,9 +85,11 @@ class ClientIndex:
         where: str,
         local: bool = False,
         secret: str | None = None,
+        idf: bool = True,
     ) -> None:
         self.client = client
         self.kind = kind
+        self.idf = idf and kind == "sparse"
         self.dim = dim
         self.identity = identity
         self._where = where
@@ -89,7 +97,7 @@ class ClientIndex:
         self._secret = secret
         with self._boundary("opening the collections"):
             created = [
-                self._ensure(keys.QUERY_COLLECTION, _QUERY_INDEXES),
+                self._ensure(keys.QUERY_COLLECTION, _QUERY_INDEXES, self.idf),
                 self._ensure(keys.INSIGHT_COLLECTION, _INSIGHT_INDEXES),
             ]
         self.fresh = any(created)
@@ -108,6 +116,7 @@ class ClientIndex:
                 local=True,
                 where=":memory:",
                 identity=f"qdrant-memory:{uuid.uuid4().hex}",
+                idf=settings.similarity == "idf",
             )
         secret = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
         where = _where(url)
@@ -117,10 +126,18 @@ class ClientIndex:
             raise ConfigError(
                 f"EVOMEM_QDRANT_URL {where!r} is not a usable Qdrant URL: {str(exc).replace(url, where)}"
             ) from None
-        return cls(client, kind, dim, identity=f"qdrant:{where}", where=where, secret=secret)
+        return cls(
+            client,
+            kind,
+            dim,
+            identity=f"qdrant:{where}",
+            where=where,
+            secret=secret,
+            idf=settings.similarity == "idf",
+        )
 
     # -- setup -----------------------------------------------------------------------------------
-    def _ensure(self, name: str, indexes: Mapping[str, Any]) -> bool:
+    def _ensure(self, name: str, indexes: Mapping[str, Any], idf: bool = False) -> bool:
         """Create the collection if it is missing, check its vectors, add missing payload indexes.
 
         Indexes come before the first write (strict mode rejects filters on unindexed fields, and
@@ -131,7 +148,7 @@ class ClientIndex:
             try:
                 if self.kind == "sparse":
                     self.client.create_collection(
-                        name, sparse_vectors_config={VECTOR_NAME: models.SparseVectorParams()}
+                        name, sparse_vectors_config={VECTOR_NAME: _sparse_params(idf)}
                     )
                 else:
                     self.client.create_collection(
@@ -146,6 +163,11 @@ class ClientIndex:
                     raise
         info = self.client.get_collection(name)
         self._check_vectors(name, info)
+        if self.kind == "sparse":
+            held = (info.config.params.sparse_vectors or {}).get(VECTOR_NAME)
+            if held is not None and (held.modifier == models.Modifier.IDF) != idf:
+                # IDF is applied at search time, so the collection changes over in place
+                self.client.update_collection(name, sparse_vectors_config={VECTOR_NAME: _sparse_params(idf)})
         for field, schema in indexes.items():
             if field not in (info.payload_schema or {}):
                 self._create_index(name, field, schema)
@@ -271,7 +293,13 @@ class ClientIndex:
 
     # -- reads -----------------------------------------------------------------------------------
     def _nearest(
-        self, collection: str, vector: Vector, must: list[models.FieldCondition], k: int, fields: list[str]
+        self,
+        collection: str,
+        vector: Vector,
+        must: list[models.FieldCondition],
+        k: int,
+        fields: list[str],
+        with_vectors: bool = False,
     ) -> list[models.ScoredPoint]:
         if not vector or k <= 0:
             return []
@@ -283,7 +311,7 @@ class ClientIndex:
                 query_filter=models.Filter(must=list(must)),
                 limit=k,
                 with_payload=fields,
-                with_vectors=False,
+                with_vectors=with_vectors,
             ).points
         return [h for h in hits if h.score > 0]
 
@@ -296,13 +324,21 @@ class ClientIndex:
         probe = namespaced(vector, namespace)
         hits = top_k_deterministic(
             lambda limit: self._nearest(
-                keys.QUERY_COLLECTION, probe, conditions, limit, ["id", "supports", "harms"]
+                keys.QUERY_COLLECTION, probe, conditions, limit, ["id", "supports", "harms"], self.idf
             ),
             k,
             lambda h: float(h.score),
             lambda h: str((h.payload or {}).get("id", "")),
         )
-        return [hit_from_payload(h.payload or {}, float(h.score)) for h in hits]
+        if not self.idf:
+            return [hit_from_payload(h.payload or {}, float(h.score)) for h in hits]
+        assert isinstance(probe, dict)
+        out = []
+        for h in hits:  # ranked by the IDF-weighted product; weighed by the cosine
+            stored = h.vector[VECTOR_NAME] if isinstance(h.vector, dict) else None
+            assert isinstance(stored, models.SparseVector)
+            out.append(hit_from_payload(h.payload or {}, sparse_dot(probe, stored.indices, stored.values)))
+        return out
 
     def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
         if not ids:

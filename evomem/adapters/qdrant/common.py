@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
@@ -44,6 +44,14 @@ def namespaced(vec: Vector, namespace: str) -> Vector:
 
 #: A UUID as ``str(uuid.UUID(...))`` writes it, which is its own point id.
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def sparse_dot(probe: Mapping[int, float], indices: Sequence[int], values: Sequence[float]) -> float:
+    """The dot product of a (namespaced) probe and a stored sparse vector: their cosine, both being
+    L2-normalised. With ``EVOMEM_SIMILARITY=idf`` the engine ranks by the IDF-weighted product; the
+    weight a similar query carries (w(q), and its query-graph edge) stays this cosine."""
+    get = probe.get
+    return float(sum(get(int(i), 0.0) * v for i, v in zip(indices, values, strict=True)))
 
 
 def point_id(node_id: str) -> str:

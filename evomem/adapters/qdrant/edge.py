@@ -27,6 +27,7 @@ from evomem.adapters.qdrant.common import (
     query_payload,
     query_point_id,
     serving_from_payload,
+    sparse_dot,
     top_k_deterministic,
 )
 from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
@@ -90,14 +91,16 @@ class EdgeIndex:
         kind: Literal["sparse", "dense"],
         dim: int,
         memory: Literal["pinned", "cached", "cold"] = "pinned",
+        idf: bool = True,
     ) -> None:
         self.dir = directory.resolve()
+        self.idf = idf and kind == "sparse"
         self.memory = _MEMORY[memory]
         self.identity = edge_identity(self.dir)
         self.kind = kind
         self.fresh = False
         self._check_layout()
-        self.queries = self._open("queries", kind, dim, QUERY_INDEXES)
+        self.queries = self._open("queries", kind, dim, QUERY_INDEXES, idf=self.idf)
         try:
             self.insights = self._open("insights", kind, dim, INSIGHT_INDEXES)
         except BaseException:
@@ -115,12 +118,18 @@ class EdgeIndex:
                 "only a read model of Redis: delete that directory and it is rebuilt from Redis"
             )
 
-    def _open(self, name: str, kind: str, dim: int, indexes: Sequence[tuple[str, str]]) -> Any:
+    def _open(
+        self, name: str, kind: str, dim: int, indexes: Sequence[tuple[str, str]], idf: bool = False
+    ) -> Any:
         path = self.dir / name
         # the payload stays on disk (Edge's default, mmap); ``memory`` places the vectors' index
         if kind == "sparse":
+            # IDF is applied at search time from the posting lists' lengths; since every dimension
+            # is namespaced, a word's document frequency is counted within its namespace
             sparse = qe.EdgeSparseVectorParams(
-                full_scan_threshold=SPARSE_FULL_SCAN_THRESHOLD, memory=self.memory
+                full_scan_threshold=SPARSE_FULL_SCAN_THRESHOLD,
+                memory=self.memory,
+                modifier=qe.Modifier.Idf if idf else None,
             )
             config = qe.EdgeConfig(sparse_vectors={VECTOR_NAME: sparse}, payload_memory=qe.Memory.Cold)
         else:
@@ -134,6 +143,13 @@ class EdgeIndex:
             path.mkdir(parents=True, exist_ok=True)
             shard = _Guarded(qe.EdgeShard.create(str(path), config), str(path))
         except Exception as exc:  # the engine raises a bare exception type for a held WAL lock
+            if "modifier" in str(exc):
+                built = "cosine" if idf else "idf"
+                raise ConfigError(
+                    f"the embedded Qdrant store at {self.dir} was built for EVOMEM_SIMILARITY={built}; "
+                    "it is only a read model of Redis: delete that directory and it is rebuilt from "
+                    "Redis with the similarity configured now"
+                ) from None
             if "WouldBlock" in str(exc):
                 raise StoreLockedError(
                     f"the embedded Qdrant store at {path} is open in another process; only one process may "
@@ -190,7 +206,15 @@ class EdgeIndex:
             shard.update(qe.UpdateOperation.upsert_points(new))
 
     # -- reads ---------------------------------------------------------------------------------
-    def _nearest(self, shard: Any, vector: Vector, conditions: list[Any], k: int, fields: Any) -> Any:
+    def _nearest(
+        self,
+        shard: Any,
+        vector: Vector,
+        conditions: list[Any],
+        k: int,
+        fields: Any,
+        with_vector: bool = False,
+    ) -> Any:
         if not vector or k <= 0:
             return []
         return shard.query(
@@ -199,7 +223,7 @@ class EdgeIndex:
                 query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
                 filter=qe.Filter(must=conditions),
                 with_payload=fields,
-                with_vector=False,
+                with_vector=with_vector,
             )
         )
 
@@ -214,13 +238,19 @@ class EdgeIndex:
         conditions = [self._match("namespace", namespace)]
         probe = namespaced(vector, namespace)
         hits = top_k_deterministic(
-            lambda limit: self._nearest(self.queries, probe, conditions, limit, ["id"]),
+            lambda limit: self._nearest(self.queries, probe, conditions, limit, ["id"], self.idf),
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
             first=2 * k + 8,
         )
-        kept = [(h.payload["id"], float(h.score)) for h in hits if h.score > 0]
+        hits = [h for h in hits if h.score > 0]
+        if self.idf:  # ranked by the IDF-weighted product; weighed by the cosine
+            assert isinstance(probe, dict)
+            stored = [(h.payload["id"], h.vector[VECTOR_NAME]) for h in hits]
+            kept = [(q, sparse_dot(probe, v.indices, v.values)) for q, v in stored]
+        else:
+            kept = [(h.payload["id"], float(h.score)) for h in hits]
         evidence = self.query_evidence(namespace, [q for q, _ in kept])
         return [
             QueryHit(q, score, e.supports, e.harms) for q, score in kept if (e := evidence.get(q)) is not None
