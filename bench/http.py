@@ -513,12 +513,20 @@ def server_process(
     workers: int = 1,
 ) -> Iterator[Target]:
     """``serve()`` of the tree at ``source`` in its own process, on a copy of the loaded Qdrant store
-    (the embedded store is held by one process) and the same Redis."""
+    (the embedded store is held by one process) and the same Redis. Another commit's tree may keep
+    its read model in another layout (which it refuses to open): it builds its own from the change
+    feed, and is driven once it has caught up."""
     assert mem.projector is not None
     data = root / f"serve-{name}"
-    shutil.copytree(settings.data_dir / "qdrant", data / "qdrant")
-    # the copy is in step with the feed: start its projector where the original's is
-    mem.redis.set(keys.projector_cursor(f"edge:{(data / 'qdrant').resolve()}"), mem.projector.cursor)
+    cursor_key = keys.projector_cursor(f"edge:{(data / 'qdrant').resolve()}")
+    rebuild = source.resolve() != Path(__file__).resolve().parents[1]
+    if rebuild:
+        (data / "qdrant").mkdir(parents=True)
+        mem.redis.delete(cursor_key)
+    else:
+        shutil.copytree(settings.data_dir / "qdrant", data / "qdrant")
+        # the copy is in step with the feed: start its projector where the original's is
+        mem.redis.set(cursor_key, mem.projector.cursor)
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
     socket_path = mem.redis.connection_pool.connection_kwargs.get("path")
     env.update(
@@ -549,6 +557,8 @@ def server_process(
         if "retrieval service on http://" not in line:
             raise RuntimeError(f"the {name} server did not start ({proc.wait()}); its stderr is above")
         host, port = line.rsplit("http://", 1)[1].split()[0].rsplit(":", 1)
+        if rebuild:
+            _caught_up(mem, cursor_key, proc)
         yield Target(host, int(port), proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -560,6 +570,23 @@ def server_process(
         if proc.stdout is not None:
             proc.stdout.close()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def _stream_id(raw: bytes | str | None) -> tuple[int, int]:
+    text = raw.decode() if isinstance(raw, bytes) else (raw or "0-0")
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _caught_up(mem: Memory, cursor_key: str, proc: subprocess.Popen[str], limit_s: float = 3600) -> None:
+    """Until the projector of a server that builds its read model from the feed has applied all of
+    it (its cursor, which it keeps in Redis, at the feed's last entry)."""
+    last = _stream_id(mem.redis.xinfo_stream(keys.CHANGES_STREAM)["last-generated-id"])
+    deadline = time.monotonic() + limit_s
+    while _stream_id(mem.redis.get(cursor_key)) < last:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the server on its own read model did not catch up ({proc.poll()})")
+        time.sleep(0.5)  # the projector applies the feed in batches; its cursor is only in Redis
 
 
 def measure_http(
@@ -768,8 +795,8 @@ PROFILE_GROUPS = (
     ("index adapter: point ids, candidate cache", ("evomem/adapters/qdrant", "uuid")),
     ("redis-py: commands, pipeline, replies", ("redis/", "hiredis")),
     ("socket I/O: Redis round trips, the response write", ("_socket.socket", "socket.py", "selectors")),
-    ("embedding", ("evomem/embedding", "crc32", "Counter", "collections/__init__")),
-    ("ranking (Eq. 7-10)", ("evomem/retrieval",)),
+    ("embedding", ("evomem/core/hashing", "crc32", "Counter", "collections/__init__")),
+    ("ranking (Eq. 7-10), text relevance", ("evomem/core/retrieval", "evomem/pipeline/retrieve")),
     ("evomem service layer", ("evomem/service",)),
     ("threads, locks, futures: hand-offs", ("threading", "concurrent/futures", "_thread")),
 )

@@ -321,6 +321,57 @@ def test_the_rendered_log_line_of_a_500_carries_its_traceback(capfd: pytest.Capt
     assert "Traceback" in json.loads(line)["exception"] and "RuntimeError: boom" in line
 
 
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_the_canonical_line_of_a_retrieval_carries_its_ids_and_no_other_requests(
+    server: EvomemHTTPServer,
+) -> None:
+    logger = logging.getLogger("evomem.service")
+    lines, level = _Lines(), logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    try:
+        wire = Wire(server)
+        answers = []
+        for token, ns in (("tok-alpha", "alpha"), ("tok-beta", "beta")):
+            body = json.dumps({"query": "Verify claim 0", "namespace": ns}).encode()
+            wire.send(request("POST", "/v1/retrieve", body, token=token))
+            status, _, data = wire.response()
+            assert status == 200
+            answers.append(json.loads(data)["retrieval_id"])
+        wire.send(request("GET", "/healthz", token=None))
+        assert wire.response()[0] in (200, 503)
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    served = [r.__dict__ for r in lines.records if r.getMessage() == "request.served"]
+    first, second, health = served[-3:]
+    assert (first["route"], first["principal"], first["namespace"]) == ("retrieve", "token-1", "alpha")
+    assert (second["principal"], second["namespace"]) == ("token-2", "beta")
+    assert [first["retrieval_id"], second["retrieval_id"]] == answers
+    # the next request on the same connection carries none of the ids the retrievals bound
+    assert health["route"] == "healthz" and "retrieval_id" not in health and "namespace" not in health
+    assert first["total_ms"] >= first["retrieve_ms"] > 0
+
+
+def test_ids_bound_in_a_block_leave_with_it() -> None:
+    from evomem.logs import bind, bound, merge_ids
+
+    with bound(batch_id="b1", consumer=None):
+        bind(event_id="e1")
+        with bound(event_id="e2"):
+            assert merge_ids(None, "info", {}) == {"batch_id": "b1", "event_id": "e2"}
+        assert merge_ids(None, "info", {"event_id": "own"}) == {"batch_id": "b1", "event_id": "own"}
+    assert merge_ids(None, "info", {}) == {}
+
+
 def test_an_insight_key_of_another_kind_is_404_not_500(server: EvomemHTTPServer) -> None:
     mem = Memory(server.service.runtime)
     mem.report(None, namespace="alpha", query="q", status="resolved", proposed_insight="A lesson.")

@@ -29,11 +29,19 @@ class Metrics:
         self.degraded = Counter(
             "evomem_degraded_retrievals", "Retrievals answered from Qdrant alone (Redis down).", registry=r
         )
+        # the labelled series of each (route, outcome), looked up once: ``labels()`` validates and
+        # locks on every call (~3 µs of the ~5 µs a request's two observations cost); routes and
+        # outcomes are the fixed sets of the API and error tables
+        self._series: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
 
     def observe(self, route: str, outcome: str, seconds: float) -> None:
         """Counted before the response is sent: a client that has its answer sees it counted."""
-        self.requests.labels(route, outcome).inc()
-        self.latency.labels(route).observe(seconds)
+        series = self._series.get((route, outcome))
+        if series is None:
+            series = (self.requests.labels(route, outcome), self.latency.labels(route))
+            self._series[(route, outcome)] = series
+        series[0].inc()
+        series[1].observe(seconds)
 
     def served_insights(self, n: int, degraded: bool) -> None:
         self.retrievals.inc()
