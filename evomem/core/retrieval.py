@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -244,12 +244,13 @@ def _by_relevance(
     return out[:budget]
 
 
-def text_relevance(task: Set[int], insight: Set[int]) -> float:
+def text_relevance(task: set[int] | frozenset[int], insight: Collection[int]) -> float:
     """How much an insight's text is about the task: the cosine of their word 1-2-gram sets
-    (``hashing.word_features``), 0 when either has no words."""
+    (``hashing.word_features``), 0 when either has no words. ``insight`` holds distinct features
+    (a set, or a compact array of one)."""
     if not task or not insight:
         return 0.0
-    return len(task & insight) / math.sqrt(len(task) * len(insight))
+    return len(task.intersection(insight)) / math.sqrt(len(task) * len(insight))
 
 
 def _overlap(evidence: Collection[str], expanded: Collection[str]) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from array import array
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,8 +30,9 @@ from evomem.settings import Settings
 from evomem.stages import stage
 
 log = get_logger("evomem.retriever")
-#: Insight word sets a retriever keeps (by id: a text never changes), the oldest dropped first.
-TEXT_FEATURES_CACHED = 8_192
+#: Insight word sets a retriever keeps (by id: a text never changes), the oldest dropped first. Each
+#: is an array of 32-bit features, about 0.1 KB: 65,536 of them take some 8 MB.
+TEXT_FEATURES_CACHED = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +72,8 @@ class Retriever:
         # a namespace's effective settings (its own λ, budget, scoring, k, hops over the global ones)
         self.resolve = resolve or (lambda _namespace: settings)
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
-        self._pending: list[Future[None]] = []
-        self._text_features: dict[str, frozenset[int]] = {}
+        self._pending: set[Future[None]] = set()
+        self._text_features: dict[str, array[int]] = {}
         self._text_lock = threading.Lock()
 
     def similar_queries(self, namespace: str, query: str, k: int | None = None) -> list[str]:
@@ -140,9 +142,10 @@ class Retriever:
                 tuple(h.score for h in hits),
                 tuple(i.similarity for i in ranked),
             )
-            # keep only the unfinished ones: a service that never calls report() must not grow this
-            self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(self._recorder.submit(self._save, rec))
+            # only the unfinished ones are kept: a service that never calls report() must not grow this
+            future = self._recorder.submit(self._save, rec)
+            self._pending.add(future)
+            future.add_done_callback(self._pending.discard)
         return retrieval
 
     def _relevance(self, query: str) -> Callable[[Candidate], float]:
@@ -154,7 +157,7 @@ class Retriever:
         def rel(c: Candidate) -> float:
             words = cache.get(c.id)
             if words is None:
-                words = frozenset(word_features(c.text))
+                words = array("I", word_features(c.text))  # distinct, 4 bytes each
                 with self._text_lock:  # retrievals may run on several threads (the HTTP service)
                     if len(cache) >= TEXT_FEATURES_CACHED:
                         del cache[next(iter(cache))]  # the oldest entry: dicts keep insertion order
@@ -171,8 +174,7 @@ class Retriever:
 
     def flush(self) -> None:
         """Wait until every retrieval record asked for so far is written."""
-        pending, self._pending = self._pending, []
-        for f in pending:
+        for f in list(self._pending):
             f.result()
 
     def close(self) -> None:

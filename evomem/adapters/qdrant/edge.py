@@ -223,7 +223,7 @@ class EdgeIndex:
                 query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
                 filter=qe.Filter(must=conditions),
                 with_payload=fields,
-                with_vector=with_vector,
+                with_vector=False,
             )
         )
 
@@ -238,35 +238,44 @@ class EdgeIndex:
         conditions = [self._match("namespace", namespace)]
         probe = namespaced(vector, namespace)
         hits = top_k_deterministic(
-            lambda limit: self._nearest(self.queries, probe, conditions, limit, ["id"], self.idf),
+            lambda limit: self._nearest(self.queries, probe, conditions, limit, ["id"]),
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
             first=2 * k + 8,
         )
-        hits = [h for h in hits if h.score > 0]
-        if self.idf:  # ranked by the IDF-weighted product; weighed by the cosine
-            assert isinstance(probe, dict)
-            stored = [(h.payload["id"], h.vector[VECTOR_NAME]) for h in hits]
-            kept = [(q, sparse_dot(probe, v.indices, v.values)) for q, v in stored]
-        else:
-            kept = [(h.payload["id"], float(h.score)) for h in hits]
-        evidence = self.query_evidence(namespace, [q for q, _ in kept])
-        return [
-            QueryHit(q, score, e.supports, e.harms) for q, score in kept if (e := evidence.get(q)) is not None
-        ]
+        kept = [(h.payload["id"], float(h.score)) for h in hits if h.score > 0]
+        records = self._read_queries(namespace, [q for q, _ in kept], with_vector=self.idf)
+        out = []
+        for q, score in kept:
+            if (found := records.get(q)) is None:
+                continue
+            payload, stored = found
+            if stored is not None:  # ranked by the IDF-weighted product; weighed by the cosine
+                assert isinstance(probe, dict)
+                score = sparse_dot(probe, stored.indices, stored.values)
+            out.append(hit_from_payload(payload, score))
+        return out
 
     def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
+        found = self._read_queries(namespace, ids)
+        return {q: hit_from_payload(payload) for q, (payload, _) in found.items()}
+
+    def _read_queries(
+        self, namespace: str, ids: Collection[str], with_vector: bool = False
+    ) -> dict[str, tuple[dict[str, Any], Any]]:
+        """{query id: (its payload, its stored vector or None)} for the ids of the namespace."""
         if not ids:
             return {}
         records = self.queries.retrieve(
-            [query_point_id(namespace, q) for q in ids], ["id", "namespace", "supports", "harms"], False
+            [query_point_id(namespace, q) for q in ids], ["id", "namespace", "supports", "harms"], with_vector
         )
-        return {
-            r.payload["id"]: hit_from_payload(r.payload)
-            for r in records
-            if r.payload["namespace"] == namespace
-        }
+        out = {}
+        for r in records:
+            payload = r.payload
+            if payload["namespace"] == namespace:
+                out[payload["id"]] = (payload, r.vector[VECTOR_NAME] if with_vector else None)
+        return out
 
     def serving_insights(self, namespace: str, ids: Collection[str]) -> list[ServingInsight]:
         if not ids:
