@@ -105,11 +105,9 @@ class InMemoryIndex:
         weighted = {
             d: w * math.log((total - n + 0.5) / (n + 0.5) + 1.0) for d, w in query.items() if (n := df[d])
         }
+        vectors = {q.id: v for q, v in held}
         ranked = self._top([(self._score(weighted, v), q.id, q) for q, v in held], k)
-        return [
-            QueryHit(q.id, self._score(query, self._queries[(namespace, q.id)][1]), q.supports, q.harms)
-            for _, _, q in ranked
-        ]
+        return [QueryHit(q.id, self._score(query, vectors[q.id]), q.supports, q.harms) for _, _, q in ranked]
 
     def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
         with self._lock:

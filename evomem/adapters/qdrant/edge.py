@@ -206,15 +206,7 @@ class EdgeIndex:
             shard.update(qe.UpdateOperation.upsert_points(new))
 
     # -- reads ---------------------------------------------------------------------------------
-    def _nearest(
-        self,
-        shard: Any,
-        vector: Vector,
-        conditions: list[Any],
-        k: int,
-        fields: Any,
-        with_vector: bool = False,
-    ) -> Any:
+    def _nearest(self, shard: Any, vector: Vector, conditions: list[Any], k: int, fields: Any) -> Any:
         if not vector or k <= 0:
             return []
         return shard.query(
@@ -283,8 +275,8 @@ class EdgeIndex:
         wanted = list(ids)
         fields = ["id", "text", "version", "inherits"]
         active = [self._match("namespace", namespace), self._match("state", "active")]
-        # two reads, not one with ``should`` (id ∨ inherits): the engine evaluated that disjunction
-        # point by point, which took 1.7x the time of the two (bench/README.md, scale)
+        # two reads, not one with ``should`` (id ∨ inherits): the engine evaluates that disjunction
+        # point by point, and for a few dozen ids it took about twice the time of the two
         named, _ = self.insights.scroll(
             qe.ScrollRequest(
                 limit=len(wanted) + 1,
