@@ -31,7 +31,7 @@ from evomem.stages import stage
 
 log = get_logger("evomem.retriever")
 #: Insight word sets a retriever keeps (by id: a text never changes), the oldest dropped first. Each
-#: is an array of 32-bit features, about 0.1 KB: 65,536 of them take some 8 MB.
+#: is an array of 32-bit features: 65,536 of them with their ids take about 20 MB.
 TEXT_FEATURES_CACHED = 65_536
 
 
