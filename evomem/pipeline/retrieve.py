@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import uuid
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -73,7 +74,7 @@ class Retriever:
         self.resolve = resolve or (lambda _namespace: settings)
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
         self._pending: set[Future[None]] = set()
-        self._text_features: dict[str, array[int]] = {}
+        self._text_features: OrderedDict[str, array[int]] = OrderedDict()
         self._text_lock = threading.Lock()
 
     def similar_queries(self, namespace: str, query: str, k: int | None = None) -> list[str]:
@@ -160,7 +161,9 @@ class Retriever:
                 words = array("I", word_features(c.text))  # distinct, 4 bytes each
                 with self._text_lock:  # retrievals may run on several threads (the HTTP service)
                     if len(cache) >= TEXT_FEATURES_CACHED:
-                        del cache[next(iter(cache))]  # the oldest entry: dicts keep insertion order
+                        # the oldest entry, in O(1): deleting a plain dict's first key leaves a hole
+                        # that every later ``next(iter(...))`` walks past (7.6 µs at 65,536 entries)
+                        cache.popitem(last=False)
                     cache[c.id] = words
             return text_relevance(task, words)
 
