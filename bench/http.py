@@ -1051,7 +1051,7 @@ def format_scale(points: list[dict[str, Any]]) -> str:
 
 def _pending_records(mem: Memory) -> int | None:
     pending = getattr(mem.retriever, "_pending", None)
-    return len(pending) if isinstance(pending, set | list) else None
+    return len(pending) if isinstance(pending, set) else None
 
 
 def run_http(
