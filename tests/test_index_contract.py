@@ -16,12 +16,14 @@ import pytest
 from qdrant_client import QdrantClient
 
 from evomem.adapters.memory.index import InMemoryIndex
+from evomem.adapters.qdrant import edge
 from evomem.adapters.qdrant.client import ClientIndex
+from evomem.adapters.qdrant.common import int_point_id, int_query_point_id
 from evomem.adapters.qdrant.edge import EdgeIndex
 from evomem.core.hashing import HashingEmbedder
 from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, VectorIndex
 from evomem.core.retrieval import ServingInsight
-from evomem.errors import ConfigError, StoreLockedError, TransientError
+from evomem.errors import ConfigError, StoreError, StoreLockedError, TransientError
 from evomem.settings import Settings
 
 Kind = Literal["sparse", "dense"]
@@ -406,12 +408,53 @@ def test_reopening_an_edge_store_keeps_its_data(tmp_path: Path) -> None:
         again.close()
 
 
+def test_a_reopened_edge_store_still_serves_through_inheritance(tmp_path: Path) -> None:
+    first = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
+    first.write_insights([(insight("old", state="archived"), NEAR), (insight("plain"), NEAR)])
+    first.write_insights([(insight("revision", inherits=("old",)), NEAR)])
+    first.write_insights([(insight("gone", namespace="other", state="archived", inherits=("x",)), NEAR)])
+    first.close()
+    again = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
+    try:
+        assert set(served(again, "ns", ["old", "plain"])) == {"revision", "plain"}
+        again.write_insights([(insight("late", namespace="other", inherits=("y",)), NEAR)])
+        assert set(served(again, "other", ["y", "x"])) == {"late"}
+    finally:
+        again.close()
+
+
 def test_an_edge_store_of_another_layout_is_refused_with_what_to_do(tmp_path: Path) -> None:
     first = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
     first.close()
     (tmp_path / "qdrant" / "LAYOUT").unlink()  # as a store written before the layout was recorded
     with pytest.raises(ConfigError, match="delete that directory"):
         EdgeIndex(tmp_path / "qdrant", "sparse", 0)
+
+
+def test_edge_point_ids_are_64_bit_integers_whatever_the_node_id() -> None:
+    u = uuid.uuid4()
+    assert int_point_id(str(u)) == (u.int >> 64) ^ (u.int & ((1 << 64) - 1))
+    ids = [int_point_id(str(uuid.uuid1())) for _ in range(1000)]  # time-based: alike low halves
+    ids += [int_point_id(f"plain-{n}") for n in range(1000)]
+    ids += [int_query_point_id(ns, "q") for ns in ("a", "b")]
+    assert len(set(ids)) == len(ids) and all(0 <= i < 1 << 64 for i in ids)
+    assert int_query_point_id("a", "q") == int_query_point_id("a", "q") != int_point_id("q")
+
+
+def test_two_nodes_on_one_edge_point_id_fail_the_write_instead_of_overwriting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
+    try:
+        monkeypatch.setattr(edge, "int_point_id", lambda node_id: 7)  # every id on one point
+        index.write_insights([(insight("first"), NEAR)])
+        with pytest.raises(StoreError, match="same point id"):
+            index.write_insights([(insight("second"), NEAR)])
+        assert set(served(index, "ns", ["first"])) == {"first"}
+        index.write_insights([(insight("first", version=2), None)])  # the node itself still updates
+        assert served(index, "ns", ["first"])["first"].version == 2
+    finally:
+        index.close()
 
 
 def test_an_open_edge_store_refuses_a_second_opener(tmp_path: Path) -> None:

@@ -20,12 +20,12 @@ from evomem.adapters.qdrant.common import (
     VECTOR_NAME,
     hit_from_payload,
     insight_payload,
+    int_point_id,
+    int_query_point_id,
     latest,
     namespaced,
     node_id_of,
-    point_id,
     query_payload,
-    query_point_id,
     serving_from_payload,
     sparse_dot,
     top_k_deterministic,
@@ -38,7 +38,9 @@ from evomem.errors import ConfigError, EvomemError, StoreError, StoreLockedError
 #: index; Qdrant's default (5000) made the top-k of a namespace of a few thousand queries take
 #: milliseconds (bench/README.md). Applies to shards created from now on.
 SPARSE_FULL_SCAN_THRESHOLD = 500
-LAYOUT = "3"  # payload and vectors (evomem/adapters/qdrant/common.py); 3: sparse dimensions per namespace
+#: payload, vectors and point ids (evomem/adapters/qdrant/common.py); 3: sparse dimensions per
+#: namespace; 4: 64-bit integer point ids
+LAYOUT = "4"
 _LAYOUT_FILE = "LAYOUT"
 
 
@@ -107,6 +109,10 @@ class EdgeIndex:
             self.queries.close()
             raise
         (self.dir / _LAYOUT_FILE).write_text(LAYOUT + "\n")
+        # the namespaces that may hold an active insight which took others' evidence over (a REVISE,
+        # a merge): only there does serving look for heirs. This process is the store's one writer,
+        # so the set it keeps from its own writes stays a superset of the truth.
+        self._with_heirs: set[str] = self._namespaces_with_heirs()
 
     def _check_layout(self) -> None:
         marker = self.dir / _LAYOUT_FILE
@@ -167,6 +173,11 @@ class EdgeIndex:
             shard.update(qe.UpdateOperation.create_field_index(field, schemas[kind_of_index]))
         return shard
 
+    def _namespaces_with_heirs(self) -> set[str]:
+        heirs = qe.Filter(must=[self._match("state", "active")], must_not=[qe.IsEmptyCondition("inherits")])
+        found = self.insights.facet(qe.FacetRequest("namespace", limit=1 << 31, exact=True, filter=heirs))
+        return {str(hit.value) for hit in found.hits}
+
     def _vector(self, vec: Vector) -> Any:
         if self.kind == "sparse":
             assert isinstance(vec, dict)
@@ -177,26 +188,32 @@ class EdgeIndex:
     # -- writes (the projector's) --------------------------------------------------------------
     def write_queries(self, points: Sequence[tuple[QueryPoint, Vector | None]]) -> None:
         pairs = latest(points)
-        ids = {query_point_id(p.namespace, p.id): (p, v) for p, v in pairs}
+        ids = {int_query_point_id(p.namespace, p.id): (p, v) for p, v in pairs}
         self._write(self.queries, ids, query_payload)
 
     def write_insights(self, points: Sequence[tuple[InsightPoint, Vector | None]]) -> None:
         pairs = latest(points)
-        ids = {point_id(p.id): (p, v) for p, v in pairs}
+        ids = {int_point_id(p.id): (p, v) for p, v in pairs}
+        self._with_heirs.update(p.namespace for p, _ in pairs if p.inherits and p.state == "active")
         self._write(self.insights, ids, insight_payload)
 
-    def _write(self, shard: Any, by_point: dict[str, tuple[Any, Vector | None]], payload: Any) -> None:
+    def _write(self, shard: Any, by_point: dict[int, tuple[Any, Vector | None]], payload: Any) -> None:
         """Upsert the points the shard does not hold, set the payload of those it holds at an older
         version, and leave alone those it holds at this version or a newer one."""
         if not by_point:
             return
-        held = {
-            str(r.id): int(r.payload["version"]) for r in shard.retrieve(list(by_point), ["version"], False)
-        }
+        fields = ["id", "namespace", "version"]
+        held = {r.id: r.payload for r in shard.retrieve(list(by_point), fields, False)}
         new = []
         for pid, (p, vec) in by_point.items():
-            if pid in held:
-                if held[pid] < p.version:
+            if (found := held.get(pid)) is not None:
+                if (found["namespace"], found["id"]) != (p.namespace, p.id):
+                    raise StoreError(
+                        f"{p.namespace}/{p.id} and {found['namespace']}/{found['id']} have the same point id "
+                        f"in the embedded Qdrant store at {self.dir} (64 bits: about one chance in 3·10⁷ "
+                        "at a million nodes); a Qdrant server (EVOMEM_QDRANT_URL) keys points by UUID"
+                    )
+                if int(found["version"]) < p.version:
                     shard.update(qe.UpdateOperation.set_payload([pid], payload(p)))
             elif vec is None:
                 raise ValueError(f"{p.id!r} is not in the index yet and came without a vector")
@@ -259,9 +276,8 @@ class EdgeIndex:
         """{query id: (its payload, its stored vector or None)} for the ids of the namespace."""
         if not ids:
             return {}
-        records = self.queries.retrieve(
-            [query_point_id(namespace, q) for q in ids], ["id", "namespace", "supports", "harms"], with_vector
-        )
+        pids = [int_query_point_id(namespace, q) for q in ids]
+        records = self.queries.retrieve(pids, ["id", "namespace", "supports", "harms"], with_vector)
         out = {}
         for r in records:
             payload = r.payload
@@ -280,10 +296,12 @@ class EdgeIndex:
         named, _ = self.insights.scroll(
             qe.ScrollRequest(
                 limit=len(wanted) + 1,
-                filter=qe.Filter(must=[*active, qe.HasIdCondition({point_id(i) for i in wanted})]),
+                filter=qe.Filter(must=[*active, qe.HasIdCondition({int_point_id(i) for i in wanted})]),
                 with_payload=fields,
             )
         )
+        if namespace not in self._with_heirs:
+            return [serving_from_payload(r.payload) for r in named]
         # each id is served by at most one active insight: itself, or the one that took it over
         heirs, _ = self.insights.scroll(
             qe.ScrollRequest(
@@ -307,11 +325,11 @@ class EdgeIndex:
             return {}
         if kind == "query":
             records = self.queries.retrieve(
-                [query_point_id(namespace, q) for q in ids], ["id", "namespace", "version"], False
+                [int_query_point_id(namespace, q) for q in ids], ["id", "namespace", "version"], False
             )
         else:
             records = self.insights.retrieve(
-                [point_id(i) for i in ids], ["id", "namespace", "version"], False
+                [int_point_id(i) for i in ids], ["id", "namespace", "version"], False
             )
         return {
             r.payload["id"]: int(r.payload["version"]) for r in records if r.payload["namespace"] == namespace
