@@ -38,6 +38,7 @@ from evomem import Memory, keys
 from evomem.adapters.redis.connection import EmbeddedRedis
 from evomem.errors import TransientError
 from evomem.ops.progress import add_flag, wanted
+from evomem.pipeline.retrieve import STAGES as RETRIEVE_STAGES
 from evomem.service.server import EvomemHTTPServer, build_server
 from evomem.settings import Settings
 
@@ -690,6 +691,7 @@ SERVER_STAGES = (
     "validate",
     "embed",
     "similar",
+    "evidence",
     "expand",
     "candidates",
     "rank",
@@ -698,7 +700,7 @@ SERVER_STAGES = (
     "thread_hop",
     "server_other",
 )
-_RETRIEVE_STEPS = ("embed", "similar", "expand", "candidates", "rank")
+_RETRIEVE_STEPS = RETRIEVE_STAGES
 
 
 class RequestLines(logging.Handler):

@@ -40,6 +40,7 @@ from bench.common import (
 from evomem import Memory, keys, stages
 from evomem.core.editing import EditPlan, PlannedEdit, text_key
 from evomem.ops.progress import Progress, add_flag, wanted
+from evomem.pipeline.retrieve import STAGES as RETRIEVE_STAGES
 from evomem.pipeline.retrieve import Retrieval, Retriever
 from evomem.settings import Settings
 
@@ -515,7 +516,7 @@ def time_pairs(
     return a, b
 
 
-STAGES = ("embed", "similar", "expand", "candidates", "rank")
+STAGES = RETRIEVE_STAGES
 
 
 def stage_breakdown(mem: Memory, tasks: Sequence[tuple[str, str]]) -> dict[str, Any]:

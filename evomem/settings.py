@@ -13,6 +13,7 @@ ArchivePolicy = Literal["evidence", "immediate"]
 Scoring = Literal["weighted", "count"]
 RulesCredit = Literal["relevant", "all"]
 Similarity = Literal["cosine", "idf"]
+ArchivedRepeats = Literal["evidence", "new"]
 
 #: Which operations each ablation (paper Figure 3) allows; ADD is always allowed.
 ALLOWED_OPERATIONS: dict[str, frozenset[str]] = {
@@ -59,12 +60,19 @@ class Settings(BaseSettings):
     )
     operations: OperationsMode = "all"
     archive_policy: ArchivePolicy = "evidence"
-    archive_ratio: float = Field(0.5, ge=0.0)
+    archive_ratio: float = Field(1.0, ge=0.0)
     archive_min: int = Field(
         2,
         ge=1,
         le=1000,
         description="judged negatives an insight needs at least before the evidence policy archives it",
+    )
+    archive_streak: int = Field(
+        3,
+        ge=0,
+        le=1000,
+        description="judged harms in a row after which the evidence policy archives an insight whatever "
+        "its support (what helped before and harms now); 0: never",
     )
     scoring: Scoring = Field(
         "weighted", description="weighted: support and conflict weighted by similarity; count: Eq. 8-9"
@@ -83,6 +91,18 @@ class Settings(BaseSettings):
         le=4.0,
         description="weighted scoring multiplies a score by how much the insight's text is about the task, "
         "to this power",
+    )
+    evidence_search: int = Field(
+        8,
+        ge=0,
+        le=100,
+        description="insights nearest to the task's text whose evidence a retrieval also searches: the "
+        "k past queries most similar to the task among their evidence join Eq. 2's; 0: Eq. 2 alone",
+    )
+    archived_repeats: ArchivedRepeats = Field(
+        "evidence",
+        description="a proposed insight that repeats an archived one: evidence (its query becomes that "
+        "insight's evidence, forwarded to what replaced it; no new node) | new (a new node, the paper's ADD)",
     )
     query_degree: int = Field(
         32, ge=0, le=10_000, description="neighbours each query keeps in the query graph, the most similar"
@@ -252,9 +272,11 @@ class NamespaceOverrides(BaseModel):
     scoring: Scoring | None = None
     similarity_power: float | None = Field(None, ge=1.0, le=8.0)
     relevance_power: float | None = Field(None, ge=0.0, le=4.0)
+    evidence_search: int | None = Field(None, ge=0, le=100)
     archive_policy: ArchivePolicy | None = None
     archive_ratio: float | None = Field(None, ge=0.0)
     archive_min: int | None = Field(None, ge=1, le=1000)
+    archive_streak: int | None = Field(None, ge=0, le=1000)
 
     def set_fields(self) -> dict[str, Any]:
         """The overridden fields, by their ``Settings`` names."""
@@ -269,6 +291,7 @@ __all__ = [
     "ALLOWED_OPERATIONS",
     "OVERRIDABLE",
     "ArchivePolicy",
+    "ArchivedRepeats",
     "NamespaceOverrides",
     "OperationsMode",
     "RulesCredit",

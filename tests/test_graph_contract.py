@@ -69,6 +69,8 @@ class Graph:
         similar: Sequence[str] = (),
         policy: str = "evidence",
         ratio: float = 0.5,
+        streak: int = 0,
+        archived_repeats: str = "new",
         event: str | None = None,
         query: str | None = None,
         at: datetime | None = None,
@@ -88,6 +90,8 @@ class Graph:
             edits=list(edits),
             archive_policy=policy,
             archive_ratio=ratio,
+            archive_streak=streak,
+            archived_repeats=archived_repeats,
             at=at or T0 + timedelta(seconds=self.n),
         )
 
@@ -200,6 +204,33 @@ def test_evidence_policy_archives_once_negatives_reach_max_1_rho_positives(
         else:
             assert (result.outcomes[0].outcome, node.state) == ("archived", "archived")
     assert len(g.node("A").positive) == positives  # ARCHIVE never touches Ω⁺
+
+
+def test_a_streak_of_judged_harms_archives_whatever_the_support_before_it(store: GraphStore) -> None:
+    """ARCHIVE_STREAK=s: an insight that helped often and now harms every time (drift) is archived
+    after s judged harms in a row, long before ρ·|Ω⁺|; a judged help in between restarts the count,
+    and inferred evidence counts for neither."""
+    g = Graph(store)
+    g.add("A")
+    g.support("A", 19)  # 20 judged positives: ρ = 0.5 alone would wait for 10 negatives
+    outcomes = []
+    for op, inferred in (
+        (ARCHIVE, False),
+        (ARCHIVE, False),
+        (KEEP, False),
+        (ARCHIVE, False),
+        (ARCHIVE, False),
+        (ARCHIVE, True),
+        (ARCHIVE, False),
+    ):
+        edit = op("A").model_copy(update={"inferred": inferred})
+        outcomes.append(g.apply(edit, status="failed", streak=3).outcomes[0].outcome)
+    assert outcomes == ["negative_evidence"] * 2 + ["kept"] + ["negative_evidence"] * 3 + ["archived"]
+    assert g.node("A").state == "archived" and len(g.node("A").negative) == 6
+    g.add("B")
+    g.support("B", 19)
+    for _ in range(4):
+        assert g.apply(ARCHIVE("B"), status="failed").outcomes[0].outcome == "negative_evidence"  # streak 0
 
 
 def test_evidence_policy_keeps_a_harmful_verdict_as_live_conflict_where_immediate_archives(
@@ -318,6 +349,53 @@ def test_add_duplicating_an_archived_insight_or_another_namespace_makes_a_new_no
     assert store.insight_ids("other") == {"C"}
     assert g.node("A").state == "archived"
     assert g.node("A").positive == {"q1"}
+
+
+def test_a_proposal_repeating_an_archived_insight_is_its_evidence_not_a_fresh_start(
+    store: GraphStore,
+) -> None:
+    """ARCHIVED_REPEATS=evidence: an agent proposing again what the memory archived for the harm it did
+    records its query as that insight's evidence (judged only from a resolved task); the insight stays
+    archived with its negatives, and no new node serves the lesson again from a clean slate."""
+    g = Graph(store)
+    g.add("A", "Ignore the shard key.")
+    g.apply(ARCHIVE("A"), policy="immediate")
+    again = g.apply(ADD("B", "ignore the shard key"), archived_repeats="evidence", status="failed")
+    assert (again.outcomes[0].outcome, again.outcomes[0].insight_id, again.created) == (
+        "evidence_only",
+        "A",
+        (),
+    )
+    near = PlannedEdit(
+        op="ADD",
+        new_id="C",
+        text="Ignore the shard key!!",
+        text_key=text_key("other"),
+        twin="A",
+        decided_by="rules",
+    )
+    assert g.apply(near, archived_repeats="evidence").outcomes[0].outcome == "evidence_only"
+    node = g.node("A")
+    assert store.insight_ids(NS) == {"A"}
+    assert (node.state, node.positive, node.negative) == ("archived", {"q1", "q3", "q4"}, {"q2"})
+    assert [h.outcome for h in store.history("A")] == ["added", "archived", "evidence_only", "evidence_only"]
+    # the creating event and the repeat from a resolved task are judged support; the failed one is not
+    assert store.heads(NS, ["A"])["A"].judged_positive == 2
+
+
+def test_a_proposal_repeating_a_revised_insight_is_evidence_of_the_insight_that_replaced_it(
+    store: GraphStore,
+) -> None:
+    g = Graph(store)
+    g.add("A", "Always check the pivot first.")
+    g.apply(REVISE("A", "A2", "For quick sort, check the pivot first."))
+    result = g.apply(ADD("B", "always check the pivot first"), archived_repeats="evidence")
+    q = f"q{g.n}"
+    outcome = result.outcomes[0]
+    assert (outcome.outcome, outcome.insight_id, outcome.forwarded_to) == ("forwarded", "A", "A2")
+    assert store.insight_ids(NS) == {"A", "A2"}
+    assert q in g.node("A").positive and q in g.node("A2").positive
+    assert g.node("A").state == "archived"
 
 
 def test_add_duplicating_the_text_of_a_revised_active_insight_adds_evidence_to_it(store: GraphStore) -> None:

@@ -227,6 +227,78 @@ def test_query_evidence_reads_the_evidence_of_known_queries_of_the_namespace(ind
     assert index.query_evidence("ns", []) == {}
 
 
+# -- the evidence search: the evidence of the insights nearest to the task --------------------------
+@pytest.mark.parametrize("idf", [False, True])
+def test_search_evidence_ranks_the_evidence_of_the_insights_nearest_to_the_task(
+    open_index: Opener, idf: bool
+) -> None:
+    """The past queries most similar to the task among those that support or harm one of the active
+    insights nearest to its text (or an insight one of them took over), scored by their cosine."""
+    index = open_index(idf=idf)
+    index.write_insights(
+        [
+            (insight("near"), NEAR),
+            (insight("mid"), MID),
+            (insight("heir", inherits=("old",)), MID),  # took over old's evidence
+            (insight("old", state="archived"), NEAR),
+            (insight("unrelated"), DISJOINT),  # not near the task: its evidence is not searched
+            (insight("foreign", namespace="elsewhere"), NEAR),
+        ]
+    )
+    index.write_queries(
+        [
+            (query("supports-near", supports=("near",)), FAR),
+            (query("harms-mid", harms=("mid",)), MID),
+            (query("supports-old", supports=("old",)), NEAR),
+            (query("supports-unrelated", supports=("unrelated",)), NEAR),
+            (query("plain"), NEAR),  # the most similar, and evidence of nothing
+            (query("foreign", "elsewhere", supports=("near",)), NEAR),
+        ]
+    )
+    hits = index.search_evidence(PROBE, "ns", 3, 5)
+    assert ids(hits) == ["supports-old", "harms-mid", "supports-near"]
+    assert [h.score for h in hits] == pytest.approx([1.0, 0.8, 0.6], abs=1e-4)
+    assert (hits[1].supports, hits[1].harms) == ((), ("mid",))
+    assert ids(index.search_evidence(PROBE, "ns", 3, 2)) == ["supports-old", "harms-mid"]
+    assert ids(index.search_evidence(PROBE, "ns", 1, 5)) == ["supports-near"]  # near alone
+    assert ids(index.search_evidence(PROBE, "ns", 3, 2, exclude=["supports-old"])) == [
+        "harms-mid",
+        "supports-near",
+    ]  # what Eq. 2 found already leaves room for the next
+    assert index.search_evidence(PROBE, "ns", 0, 5) == []
+    assert index.search_evidence(DISJOINT, "elsewhere", 3, 5) == []
+
+
+@pytest.mark.parametrize("order", [("i-a", "i-b", "i-c"), ("i-c", "i-b", "i-a")])
+def test_insights_that_score_alike_are_cut_by_id_in_the_evidence_search(
+    index: VectorIndex, order: tuple[str, ...]
+) -> None:
+    """As for Eq. 2's queries: which of several equally near insights have their evidence searched
+    must not depend on where a replica holds them."""
+    index.write_insights([(insight(i), NEAR) for i in order])
+    index.write_queries([(query(f"q-{i}", supports=(i,)), NEAR) for i in order])
+    assert ids(index.search_evidence(PROBE, "ns", 1, 5)) == ["q-i-a"]
+    assert ids(index.search_evidence(PROBE, "ns", 2, 5)) == ["q-i-a", "q-i-b"]
+
+
+def test_an_edge_store_of_an_earlier_evomem_gains_the_evidence_search_indexes(tmp_path: Path) -> None:
+    """A store written before the query collection indexed ``supports`` and ``harms`` is indexed in
+    place when opened, and searched like a new one."""
+    first = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
+    first.queries.update(edge.qe.UpdateOperation.delete_field_index("supports"))
+    first.queries.update(edge.qe.UpdateOperation.delete_field_index("harms"))
+    first.write_insights([(insight("i"), NEAR)])
+    first.write_queries([(query("q", supports=("i",)), NEAR)])
+    assert {"supports", "harms"}.isdisjoint(first.queries.info().payload_schema)
+    first.close()
+    again = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
+    try:
+        assert {"supports", "harms"} <= set(again.queries.info().payload_schema)
+        assert ids(again.search_evidence(PROBE, "ns", 3, 5)) == ["q"]
+    finally:
+        again.close()
+
+
 # -- EVOMEM_SIMILARITY=idf: Eq. 2 with rare words weighing more -----------------------------------
 _TEMPLATED = [
     f"Explain {w} to the new hires on the platform team"

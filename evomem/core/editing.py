@@ -11,8 +11,10 @@ implemented identically by every store (the contract suite checks that):
 * ARCHIVE q → Ω⁻. ``immediate`` (the paper, Eq. 13) deactivates at once; ``evidence`` deactivates
           only once the judged negatives reach max(m, ρ·judged positives) (m = ``archive_min``), so
           an active node can carry conflict and λ acts on it, and one wrong verdict does not retire a
-          good insight. Judged: decided by a verdict or the LLM, or the creating event; an edit
-          ``inferred`` from the outcome alone (the rule controller's) adds its evidence — which
+          good insight — or once its last s judgements in a row were harmful (s = ``archive_streak``),
+          however much support came before: what helped before and harms now (drift) goes after s
+          harms instead of ρ·|judged Ω⁺|. Judged: decided by a verdict or the LLM, or the creating
+          event; an edit ``inferred`` from the outcome alone (the rule controller's) adds its evidence — which
           ranks — but counts for neither side of that threshold, and an inferred ARCHIVE never
           deactivates: an irreversible edit needs a judge.
 * REVISE  old: q → Ω⁻, z=0 (Eq. 14); new node κ′ with Ω⁺ ∪ {q}, ∅, z=1 (Eq. 15). A node that is
@@ -25,6 +27,11 @@ implemented identically by every store (the contract suite checks that):
           text, or nearly the same (``twin``, found before the plan is applied: see
           ``evomem.core.duplicates``), no twin is made; q → Ω⁺ of that insight instead, judged if the
           task was resolved and inferred if it failed (the query that taught a lesson finds it again).
+          With ``archived_repeats="evidence"`` (the default setting) a text that nearly repeats an
+          *archived* insight and no active one makes no node either: q → Ω⁺ of the archived insight,
+          judged or inferred as above, which stays archived, and, if it was revised, of the active
+          tip of its revision chain too. A lesson the memory retired for the harm it did does not
+          come back with a clean slate each time an agent proposes it again.
 * Edges   when Ψ = resolved, (ι_a, ι_b, q) for every retrieved ι_a and every new or revised ι_b (Eq. 18).
 * Queries a query with a retrieval record is linked both ways to the similar queries it retrieved,
           each edge weighted by their cosine; one reported without (``similar`` None) is linked by
@@ -88,6 +95,8 @@ class EditPlan(BaseModel):
     archive_policy: Literal["evidence", "immediate"]
     archive_ratio: float
     archive_min: int = 1  # judged negatives needed at least before the evidence policy archives
+    archive_streak: int = 0  # judged negatives in a row that archive whatever the support (0: never)
+    archived_repeats: Literal["evidence", "new"] = "new"  # an ADD whose twin is archived: evidence there
     at: datetime
 
     def to_json(self) -> str:
@@ -134,6 +143,8 @@ def plan_edits(
     archive_ratio: float,
     at: datetime,
     archive_min: int = 1,
+    archive_streak: int = 0,
+    archived_repeats: Literal["evidence", "new"] = "new",
     similar_scores: list[float] | None = None,
     degree: int = 0,
     twins: Mapping[str, str] | None = None,
@@ -217,13 +228,19 @@ def plan_edits(
         archive_policy=archive_policy,
         archive_ratio=archive_ratio,
         archive_min=archive_min,
+        archive_streak=archive_streak,
+        archived_repeats=archived_repeats,
         at=at,
     )
 
 
-def archive_threshold_reached(negatives: int, positives: int, ratio: float, minimum: int = 1) -> bool:
-    """The evidence policy over judged evidence: archive once negatives ≥ max(m, ρ·positives)."""
-    return negatives >= max(float(minimum), ratio * positives)
+def archive_threshold_reached(
+    negatives: int, positives: int, ratio: float, minimum: int = 1, *, run: int = 0, streak: int = 0
+) -> bool:
+    """The evidence policy over judged evidence: archive once negatives ≥ max(m, ρ·positives), or
+    once the last ``streak`` judgements (``run``: judged negatives since the last judged positive)
+    were all harmful, whatever support came before them (0: never)."""
+    return negatives >= max(float(minimum), ratio * positives) or (streak > 0 and run >= streak)
 
 
 __all__ = [

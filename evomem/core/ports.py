@@ -395,6 +395,15 @@ class VectorIndex(Protocol):
         evidence (Eq. 2)."""
         ...
 
+    def search_evidence(
+        self, vector: Vector, namespace: str, insights: int, k: int, exclude: Collection[str] = ()
+    ) -> list[QueryHit]:
+        """The top-k past queries of the namespace by similarity, among those that are evidence
+        (support or harm) of one of the ``insights`` active insights whose text is nearest to the
+        vector, or of an insight one of them inherits from, leaving out the ``exclude`` ids (those
+        Eq. 2 found already); scored as ``search_queries`` scores."""
+        ...
+
     def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
         """The evidence of known queries of the namespace (score 0)."""
         ...

@@ -153,6 +153,8 @@ class Consolidator:
                 archive_policy=s.archive_policy,
                 archive_ratio=s.archive_ratio,
                 archive_min=s.archive_min,
+                archive_streak=s.archive_streak,
+                archived_repeats=s.archived_repeats,
                 at=utcnow(),
             )
             for w, s in ((w, self.resolve(w.event.namespace)) for w in work)
@@ -304,7 +306,10 @@ class Consolidator:
     def _find_twins(self, work: list[_Work]) -> None:
         """For each new insight text (ADD, REVISE), the active insight of its namespace it nearly
         repeats, if any: one found in the store through the near-duplicate buckets, or a text
-        created earlier in this batch. Applying the plan merges into the twin instead of making one."""
+        created earlier in this batch. Applying the plan merges into the twin instead of making one.
+        A proposal (ADD) that repeats no active insight may repeat an archived one
+        (``ARCHIVED_REPEATS=evidence``): that one is its twin, and applying the plan records the
+        proposal there instead of starting the lesson over with none of its failures."""
         threshold = self.settings.duplicate_threshold
         texts: dict[str, list[tuple[_Work, str, str, str | None]]] = {}  # ns -> (work, text, new id, old)
         for w in work:
@@ -324,15 +329,16 @@ class Consolidator:
         for ns, items in texts.items():
             bands = {text: duplicates.bands(text) for _, text, _, _ in items}
             found = self.graph.duplicate_candidates(ns, {b for bs in bands.values() for b in bs})
-            known = [
-                duplicates.Known(h.id, duplicates.vector(h.text))
-                for h in self.graph.heads(ns, found).values()
-                if h.active
-            ]
+            heads = self.graph.heads(ns, found).values()
+            known = [duplicates.Known(h.id, duplicates.vector(h.text)) for h in heads if h.active]
+            archived = [duplicates.Known(h.id, duplicates.vector(h.text)) for h in heads if not h.active]
             for w, text, new_id, old_id in items:
                 key = text_key(text)
                 vec = duplicates.vector(text)
                 twin = duplicates.nearest(vec, [k for k in known if k.id != old_id], threshold)
+                if twin is None and old_id is None and self.resolve(ns).archived_repeats == "evidence":
+                    # a proposal that repeats an archived insight: applying it records its query there
+                    twin = duplicates.nearest(vec, archived, threshold)
                 w.bands[key] = bands[text]
                 if twin is not None:
                     w.twins[key] = twin

@@ -31,6 +31,8 @@ from evomem.settings import Settings
 from evomem.stages import stage
 
 log = get_logger("evomem.retriever")
+#: The retrieval path's stages, as ``evomem.stages`` times them (a request's canonical log line).
+STAGES = ("embed", "similar", "evidence", "expand", "candidates", "rank")
 #: Insight word sets a retriever keeps (by id: a text never changes), the oldest dropped first. Each
 #: is an array of 32-bit features: 65,536 of them with their ids take about 20 MB.
 TEXT_FEATURES_CACHED = 65_536
@@ -94,8 +96,16 @@ class Retriever:
         s = self.resolve(namespace)
         with stage("embed"):
             vector = self.embedder.embed([query])[0]
+        k = top_k or s.top_k
         with stage("similar"):
-            hits = self.index.search_queries(vector, namespace, top_k or s.top_k)  # Eq. 2
+            hits = self.index.search_queries(vector, namespace, k)  # Eq. 2
+        if s.evidence_search:
+            with stage("evidence"):
+                # beyond the paper: Eq. 2's nearest past tasks may carry no evidence of the insights
+                # about this task (other subjects under the same template), so the k nearest other
+                # past tasks among the evidence of the insights nearest to its text join them
+                found = [h.id for h in hits]
+                hits += self.index.search_evidence(vector, namespace, s.evidence_search, k, found)
         with stage("expand"):
             expansion = expand_neighbours(
                 [h.id for h in hits],
@@ -185,4 +195,4 @@ class Retriever:
         self._recorder.shutdown(wait=True)
 
 
-__all__ = ["Retrieval", "Retriever"]
+__all__ = ["STAGES", "Retrieval", "Retriever"]

@@ -52,6 +52,7 @@ class _Insight:
     inherits: set[str] = field(default_factory=set)
     judged_positive: int = 0  # what the evidence policy weighs (not what was inferred from outcomes)
     judged_negative: int = 0
+    harm_run: int = 0  # judged negatives since the last judged positive
     version: int = 1
     revised_from: str | None = None
     revised_to: str | None = None
@@ -213,6 +214,7 @@ class InMemoryGraphStore:
     def _positive(self, node: _Insight, query: _Query, ev: _Event, judged: bool = True) -> None:
         if judged and query.node.id not in node.positive:
             node.judged_positive += 1
+            node.harm_run = 0
         node.positive.add(query.node.id)
         query.supports.add(node.id)
         ev.query_changed = True
@@ -220,6 +222,7 @@ class InMemoryGraphStore:
     def _negative(self, node: _Insight, query: _Query, ev: _Event, judged: bool = True) -> None:
         if judged and query.node.id not in node.negative:
             node.judged_negative += 1
+            node.harm_run += 1
         node.negative.add(query.node.id)
         query.harms.add(node.id)
         ev.query_changed = True
@@ -233,6 +236,18 @@ class InMemoryGraphStore:
         if edit.op == "ADD":
             assert edit.new_id and edit.text and edit.text_key
             twin = self._active_twin(plan, edit)
+            archived = self._archived_twin(plan, edit) if twin is None else None
+            if archived is not None:
+                # evidence of the archived insight (and of what replaced it), never a fresh start
+                judged = plan.status == "resolved"
+                self._positive(archived, query, ev, judged)
+                self._touch(archived, plan, ev, False)
+                tip = self._active_tip(archived)
+                if tip is None:
+                    return EditOutcome("ADD", archived.id, "evidence_only")
+                self._positive(tip, query, ev, judged)
+                self._touch(tip, plan, ev, False)
+                return EditOutcome("ADD", archived.id, "forwarded", forwarded_to=tip.id)
             if twin is not None:
                 # evidence as a new node's would be (Eq. 16); judged only from a resolved task
                 self._positive(twin, query, ev, plan.status == "resolved")
@@ -286,7 +301,12 @@ class InMemoryGraphStore:
             and (
                 plan.archive_policy == "immediate"
                 or archive_threshold_reached(
-                    node.judged_negative, node.judged_positive, plan.archive_ratio, plan.archive_min
+                    node.judged_negative,
+                    node.judged_positive,
+                    plan.archive_ratio,
+                    plan.archive_min,
+                    run=node.harm_run,
+                    streak=plan.archive_streak,
                 )
             )
         ):
@@ -301,6 +321,17 @@ class InMemoryGraphStore:
         for candidate in (self._texts.get((plan.namespace, edit.text_key or "")), edit.twin):
             twin = self._node(plan, candidate)
             if twin is not None and twin.state == "active":
+                return twin
+        return None
+
+    def _archived_twin(self, plan: EditPlan, edit: PlannedEdit) -> _Insight | None:
+        """With ``archived_repeats="evidence"``, the archived insight a text repeats when no active
+        one does: the last node of the same normalised text, else the near twin found before."""
+        if plan.archived_repeats != "evidence":
+            return None
+        for candidate in (self._texts.get((plan.namespace, edit.text_key or "")), edit.twin):
+            twin = self._node(plan, candidate)
+            if twin is not None:
                 return twin
         return None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Literal, TypeVar
 
 from evomem.adapters.qdrant.common import latest
@@ -85,14 +85,39 @@ class InMemoryIndex:
         return [hit for hit in scored if hit[0] > 0][: max(k, 0)]
 
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
+        return self._search_queries(vector, namespace, k)
+
+    def search_evidence(
+        self, vector: Vector, namespace: str, insights: int, k: int, exclude: Collection[str] = ()
+    ) -> list[QueryHit]:
+        about = {i for i, _ in self.search_insights(vector, namespace, insights)}
+        with self._lock:
+            for i in list(about):
+                about.update(self._insights[(namespace, i)][0].inherits)
+        if not about:
+            return []
+        skip = set(exclude)
+        return self._search_queries(
+            vector,
+            namespace,
+            k,
+            lambda q: q.id not in skip and not (about.isdisjoint(q.supports) and about.isdisjoint(q.harms)),
+        )
+
+    def _search_queries(
+        self, vector: Vector, namespace: str, k: int, keep: Callable[[QueryPoint], bool] | None = None
+    ) -> list[QueryHit]:
+        """Eq. 2 over the namespace's queries, or over those ``keep`` accepts (the IDF weights are
+        the namespace's either way, as Qdrant's filtered search reads them off the whole index)."""
         if not vector:
             return []
         query = self._prepare(vector)
         with self._lock:
             held = [(q, v) for (ns, _), (q, v) in self._queries.items() if ns == namespace]
             total = len(self._queries)
+        candidates = held if keep is None else [(q, v) for q, v in held if keep(q)]
         if not self.idf:
-            scored = [(self._score(query, v), q.id, q) for q, v in held]
+            scored = [(self._score(query, v), q.id, q) for q, v in candidates]
             return [QueryHit(q.id, s, q.supports, q.harms) for s, _, q in self._top(scored, k)]
         # Qdrant's IDF modifier: each query weight times ln((N - n + 0.5) / (n + 0.5) + 1), N the
         # points of the collection, n those holding the dimension (a namespace's own: see namespaced)
@@ -105,8 +130,8 @@ class InMemoryIndex:
         weighted = {
             d: w * math.log((total - n + 0.5) / (n + 0.5) + 1.0) for d, w in query.items() if (n := df[d])
         }
-        vectors = {q.id: v for q, v in held}
-        ranked = self._top([(self._score(weighted, v), q.id, q) for q, v in held], k)
+        vectors = {q.id: v for q, v in candidates}
+        ranked = self._top([(self._score(weighted, v), q.id, q) for q, v in candidates], k)
         return [QueryHit(q.id, self._score(query, vectors[q.id]), q.supports, q.harms) for _, _, q in ranked]
 
     def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:

@@ -28,6 +28,7 @@ from evomem.adapters.qdrant.common import (
     hit_from_payload,
     insight_payload,
     latest,
+    named_with_heirs,
     namespaced,
     node_id_of,
     point_id,
@@ -300,6 +301,8 @@ class ClientIndex:
         k: int,
         fields: list[str],
         with_vectors: bool = False,
+        should: list[models.FieldCondition] | None = None,
+        must_not: list[models.HasIdCondition] | None = None,
     ) -> list[models.ScoredPoint]:
         if not vector or k <= 0:
             return []
@@ -308,7 +311,7 @@ class ClientIndex:
                 collection,
                 query=self._vector(vector),
                 using=VECTOR_NAME,
-                query_filter=models.Filter(must=list(must)),
+                query_filter=models.Filter(must=list(must), should=should, must_not=must_not),
                 limit=k,
                 with_payload=fields,
                 with_vectors=with_vectors,
@@ -320,11 +323,55 @@ class ClientIndex:
         return models.FieldCondition(key=field, match=models.MatchValue(value=value))
 
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
+        return self._search_queries(vector, namespace, k)
+
+    def search_evidence(
+        self, vector: Vector, namespace: str, insights: int, k: int, exclude: Collection[str] = ()
+    ) -> list[QueryHit]:
+        conditions = [self._match("namespace", namespace), self._match("state", "active")]
+        probe = namespaced(vector, namespace)
+        about = top_k_deterministic(  # ties cut by id, as every replica cuts them
+            lambda limit: self._nearest(
+                keys.INSIGHT_COLLECTION, probe, conditions, limit, ["id", "inherits"]
+            ),
+            insights,
+            lambda h: float(h.score),
+            lambda h: str((h.payload or {}).get("id", "")),
+        )
+        ids = named_with_heirs([h.payload or {} for h in about])
+        if not ids:
+            return []
+        evidence = [
+            models.FieldCondition(key="supports", match=models.MatchAny(any=ids)),
+            models.FieldCondition(key="harms", match=models.MatchAny(any=ids)),
+        ]
+        skip = (
+            [models.HasIdCondition(has_id=[query_point_id(namespace, q) for q in exclude])]
+            if exclude
+            else None
+        )
+        return self._search_queries(vector, namespace, k, evidence, skip)
+
+    def _search_queries(
+        self,
+        vector: Vector,
+        namespace: str,
+        k: int,
+        should: list[models.FieldCondition] | None = None,
+        must_not: list[models.HasIdCondition] | None = None,
+    ) -> list[QueryHit]:
         conditions = [self._match("namespace", namespace)]
         probe = namespaced(vector, namespace)
         hits = top_k_deterministic(
             lambda limit: self._nearest(
-                keys.QUERY_COLLECTION, probe, conditions, limit, ["id", "supports", "harms"], self.idf
+                keys.QUERY_COLLECTION,
+                probe,
+                conditions,
+                limit,
+                ["id", "supports", "harms"],
+                self.idf,
+                should,
+                must_not,
             ),
             k,
             lambda h: float(h.score),

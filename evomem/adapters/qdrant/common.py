@@ -21,7 +21,12 @@ VECTOR_NAME = "text"
 _POINT_NS = uuid.UUID("0b6f3f0e-5a0c-4c39-8f43-5d2b2f1f7a6e")
 
 #: Payload fields with an index, per collection: (field, kind). Namespace is the tenant field.
-QUERY_INDEXES = (("namespace", "tenant"), ("version", "integer"))
+QUERY_INDEXES = (
+    ("namespace", "tenant"),
+    ("version", "integer"),
+    ("supports", "keyword"),  # the evidence search filters on both (VectorIndex.search_evidence)
+    ("harms", "keyword"),
+)
 INSIGHT_INDEXES = (
     ("namespace", "tenant"),
     ("state", "keyword"),
@@ -121,6 +126,11 @@ def insight_payload(n: InsightPoint) -> dict[str, Any]:
 
 def hit_from_payload(p: dict[str, Any], score: float = 0.0) -> QueryHit:
     return QueryHit(p["id"], score, tuple(p.get("supports") or ()), tuple(p.get("harms") or ()))
+
+
+def named_with_heirs(payloads: Sequence[dict[str, Any]]) -> list[str]:
+    """The ids of these insight payloads and of every insight they inherit from, sorted."""
+    return sorted({i for p in payloads for i in (p["id"], *(p.get("inherits") or ()))})
 
 
 def serving_from_payload(p: dict[str, Any]) -> ServingInsight:

@@ -23,6 +23,7 @@ from evomem.adapters.qdrant.common import (
     int_point_id,
     int_query_point_id,
     latest,
+    named_with_heirs,
     namespaced,
     node_id_of,
     query_payload,
@@ -145,7 +146,9 @@ class EdgeIndex:
             if (path / "segments").exists():
                 # the configuration given again: a changed EVOMEM_INDEX_MEMORY applies to a store
                 # that exists (the engine checks the rest is compatible and rewrites its config)
-                return _Guarded(qe.EdgeShard.load(str(path), config), str(path))
+                loaded = _Guarded(qe.EdgeShard.load(str(path), config), str(path))
+                self._index_fields(loaded, indexes, set(loaded.info().payload_schema))
+                return loaded
             path.mkdir(parents=True, exist_ok=True)
             shard = _Guarded(qe.EdgeShard.create(str(path), config), str(path))
         except Exception as exc:  # the engine raises a bare exception type for a held WAL lock
@@ -164,14 +167,21 @@ class EdgeIndex:
             raise
         self.fresh = True
         # payload indexes before the first write, so every segment is built with them
+        self._index_fields(shard, indexes, set())
+        return shard
+
+    @staticmethod
+    def _index_fields(shard: Any, indexes: Sequence[tuple[str, str]], held: set[str]) -> None:
+        """Create the payload indexes the shard does not hold yet (a store written by an earlier
+        evomem gains the ones added since, in place)."""
         schemas: dict[str, Any] = {
             "tenant": qe.KeywordIndexParams(is_tenant=True),
             "keyword": qe.PayloadSchemaType.Keyword,
             "integer": qe.PayloadSchemaType.Integer,
         }
         for field, kind_of_index in indexes:
-            shard.update(qe.UpdateOperation.create_field_index(field, schemas[kind_of_index]))
-        return shard
+            if field not in held:
+                shard.update(qe.UpdateOperation.create_field_index(field, schemas[kind_of_index]))
 
     def _namespaces_with_heirs(self) -> set[str]:
         heirs = qe.Filter(must=[self._match("state", "active")], must_not=[qe.IsEmptyCondition("inherits")])
@@ -223,14 +233,23 @@ class EdgeIndex:
             shard.update(qe.UpdateOperation.upsert_points(new))
 
     # -- reads ---------------------------------------------------------------------------------
-    def _nearest(self, shard: Any, vector: Vector, conditions: list[Any], k: int, fields: Any) -> Any:
+    def _nearest(
+        self,
+        shard: Any,
+        vector: Vector,
+        conditions: list[Any],
+        k: int,
+        fields: Any,
+        should: Any = None,
+        must_not: Any = None,
+    ) -> Any:
         if not vector or k <= 0:
             return []
         return shard.query(
             qe.QueryRequest(
                 limit=k,
                 query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
-                filter=qe.Filter(must=conditions),
+                filter=qe.Filter(must=conditions, should=should or None, must_not=must_not or None),
                 with_payload=fields,
                 with_vector=False,
             )
@@ -241,13 +260,39 @@ class EdgeIndex:
         return qe.FieldCondition(field, match=qe.MatchValue(value))
 
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
+        return self._search_queries(vector, namespace, k)
+
+    def search_evidence(
+        self, vector: Vector, namespace: str, insights: int, k: int, exclude: Collection[str] = ()
+    ) -> list[QueryHit]:
+        conditions = [self._match("namespace", namespace), self._match("state", "active")]
+        probe = namespaced(vector, namespace)
+        about = top_k_deterministic(  # ties cut by id, as every replica cuts them
+            lambda limit: self._nearest(self.insights, probe, conditions, limit, ["id", "inherits"]),
+            insights,
+            lambda h: float(h.score),
+            lambda h: h.payload["id"],
+        )
+        ids = named_with_heirs([h.payload for h in about if h.score > 0])
+        if not ids:
+            return []
+        evidence = [
+            qe.FieldCondition("supports", match=qe.MatchAny(ids)),
+            qe.FieldCondition("harms", match=qe.MatchAny(ids)),
+        ]
+        skip = [qe.HasIdCondition({int_query_point_id(namespace, q) for q in exclude})] if exclude else None
+        return self._search_queries(vector, namespace, k, evidence, skip)
+
+    def _search_queries(
+        self, vector: Vector, namespace: str, k: int, should: Any = None, must_not: Any = None
+    ) -> list[QueryHit]:
         # ids and scores of a few more than k (past queries of templated tasks often score exactly
         # alike: the cut must see every tie), then the evidence of the k kept, by id: the evidence
         # arrays are read for k queries only, and one search suffices unless the tie runs longer
         conditions = [self._match("namespace", namespace)]
         probe = namespaced(vector, namespace)
         hits = top_k_deterministic(
-            lambda limit: self._nearest(self.queries, probe, conditions, limit, ["id"]),
+            lambda limit: self._nearest(self.queries, probe, conditions, limit, ["id"], should, must_not),
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],

@@ -91,14 +91,20 @@ local function positive(id, judged)
   local new = redis.call('SADD', k('ins.pos', id), q)
   redis.call('SADD', k('q.pos', q), id)
   query_changed = true
-  if judged and new == 1 then redis.call('HINCRBY', ins(id), 'jpos', 1) end
+  if judged and new == 1 then
+    redis.call('HINCRBY', ins(id), 'jpos', 1)
+    redis.call('HDEL', ins(id), 'jrun')
+  end
 end
 
 local function negative(id, judged)
   local new = redis.call('SADD', k('ins.neg', id), q)
   redis.call('SADD', k('q.neg', q), id)
   query_changed = true
-  if judged and new == 1 then redis.call('HINCRBY', ins(id), 'jneg', 1) end
+  if judged and new == 1 then
+    redis.call('HINCRBY', ins(id), 'jneg', 1)
+    redis.call('HINCRBY', ins(id), 'jrun', 1)
+  end
 end
 
 local function exists(id)
@@ -185,9 +191,40 @@ local function active_twin(e)
   return nil
 end
 
+-- the archived insight a proposal repeats (ARCHIVED_REPEATS=evidence) when no active one has its
+-- text: the last node of the same normalised text, else the near twin found before the plan
+local function archived_twin(e)
+  if plan.archived_repeats ~= 'evidence' or active_twin(e) then return nil end
+  local candidates = {}
+  if e.text_key and e.text_key ~= cjson.null then table.insert(candidates, redis.call('HGET', texts, e.text_key)) end
+  if e.twin and e.twin ~= cjson.null then table.insert(candidates, e.twin) end
+  for _, twin in ipairs(candidates) do
+    if twin and exists(twin) then return twin end
+  end
+  return nil
+end
+
 for _, e in ipairs(plan.edits) do
   local o = {op = e.op, insight_id = e.insight_id, outcome = 'rejected'}
-  if e.op == 'ADD' then
+  local archived = e.op == 'ADD' and archived_twin(e)
+  if archived then
+    -- no new node starting the lesson over: the proposal is evidence of the archived insight (judged
+    -- only from a resolved task, as for an active twin), which stays archived; if it was revised,
+    -- the active insight that replaced it gets the evidence too, as a KEEP would forward it
+    local judged = plan.status == 'resolved'
+    positive(archived, judged)
+    touch(archived, false)
+    o.insight_id = archived
+    local tip = active_tip(archived)
+    if tip then
+      positive(tip, judged)
+      touch(tip, false)
+      o.outcome = 'forwarded'
+      o.forwarded_to = tip
+    else
+      o.outcome = 'evidence_only'
+    end
+  elseif e.op == 'ADD' then
     local twin = active_twin(e)
     if twin then
       -- no twin; the task is positive evidence for the insight it re-proposed, as it would be for a
@@ -260,7 +297,10 @@ for _, e in ipairs(plan.edits) do
           else
             local neg = tonumber(redis.call('HGET', ins(id), 'jneg') or '0')
             local pos = tonumber(redis.call('HGET', ins(id), 'jpos') or '0')
+            local run = tonumber(redis.call('HGET', ins(id), 'jrun') or '0')
+            local streak = tonumber(plan.archive_streak) or 0
             archive = neg >= math.max(tonumber(plan.archive_min) or 1, plan.archive_ratio * pos)
+              or (streak > 0 and run >= streak)
           end
         end
         if archive then

@@ -1,0 +1,70 @@
+"""The insight about the task is served even when Eq. 2's nearest past tasks are look-alikes.
+
+Templated tasks on other subjects can fill Eq. 2's k nearest past queries, so the query that taught
+the insight about this task's subject is not among them and Eq. 7 never makes that insight a
+candidate. The evidence search (``EVOMEM_EVIDENCE_SEARCH``, beyond the paper) adds the past queries
+most similar to the task among the evidence of the insights nearest to its text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evomem import Memory, Settings
+
+NS = "wiki"
+TEMPLATE = "Write a short guide to {} for the team wiki, {}"
+OTHERS = [
+    "merge sort",
+    "cache warming",
+    "docker layers",
+    "tcp keepalive",
+    "oauth scopes",
+    "cron jobs",
+    "bloom filters",
+    "rate limits",
+    "feature flags",
+    "log rotation",
+    "dns caching",
+    "unit tests",
+]
+LESSON = "For git bisect, mark a known good commit first and let the test script decide each step."
+
+
+def lesson(topic: str) -> str:
+    return f"For {topic}, note the expected behaviour before changing anything."
+
+
+def serve(tmp_path: Path, redis_url: str, **overrides: Any) -> list[str]:
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        redis_url=redis_url,
+        controller="rules",
+        similarity="cosine",  # Eq. 2 as the paper has it: the template's words count as much as any
+        top_k=3,
+        hops=0,  # in a namespace this small the query graph reaches every past task: Q̃ˢ is Eq. 2's alone
+        **overrides,
+    )
+    with Memory.open(settings) as memory:
+        taught = [(TEMPLATE.format("git bisect", "for the payments team"), LESSON)]
+        taught += [(TEMPLATE.format(t, "for the mobile backend"), lesson(t)) for t in OTHERS]
+        for text, proposal in taught:
+            r = memory.retrieve(text, NS)
+            memory.report(r, status="resolved", proposed_insight=proposal)
+            memory.consolidate()
+        task = TEMPLATE.format("git bisect", "for the mobile backend")
+        return [i.text for i in memory.retrieve(task, NS).insights]
+
+
+@pytest.mark.parametrize("evidence_search", [0, 4])
+def test_the_insight_about_the_task_is_served_when_look_alikes_fill_eq2(
+    tmp_path: Path, redis_url: str, redis_client: Any, evidence_search: int
+) -> None:
+    served = serve(tmp_path, redis_url, evidence_search=evidence_search)
+    if evidence_search:
+        assert served[0] == LESSON, served
+    else:  # the paper's Q̃ˢ: three look-alikes of other subjects, none of them evidence of the lesson
+        assert LESSON not in served and len(served) == 3, served
