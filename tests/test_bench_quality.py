@@ -25,7 +25,7 @@ from evomem.testing.llm_server import LLMTestServer
 def test_quality_bench_writes_its_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results.json"
     out.write_text(json.dumps({"llm": {"kept": True}}))
-    arms = ["none", append_only_arm(), default_arm(), "llm"]
+    arms = ["none", append_only_arm(), default_arm(), "llm", "no-pollution"]
     argv = ["--tasks", "40", "--seeds", "2", "--worlds", "mixed-j10", "--arms", ",".join(arms)]
     argv += ["--consolidate-every", "10", "--jobs", "1", "--no-progress", "--param", "repeat_rate=0.5"]
     argv += ["--out", str(out), "--plot", str(tmp_path / "quality.png")]
@@ -59,6 +59,7 @@ def test_quality_bench_writes_its_section(tmp_path: Path, capsys: pytest.Capture
         assert len(q["curves"]["mixed-j10"][arm]) == summary.CURVE_POINTS
     assert figures["none"]["pollution"]["mean"] is None  # nothing served, nothing to count
     assert 0.0 <= figures[default_arm()]["pollution"]["mean"] <= 1.0
+    assert figures["no-pollution"]["pollution"]["mean"] == 0  # the ground truth withheld every harm
     assert figures["llm"]["prompt_tokens_per_event"]["mean"] > 0
     assert figures[append_only_arm()]["archived"]["mean"] == 0  # append-only never archives
     assert {t["target"] for t in q["targets"]} >= {"final-window success − add+keep ≥ 0.15"}

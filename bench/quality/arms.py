@@ -8,6 +8,9 @@
   in any event.
 * ``llm``: every operation, the evidence policy, the LLM controller against the local
   OpenAI-compatible test server, whose judge knows the world's ground truth and errs at its rate.
+* ``no-pollution`` (a reference, not a memory one could run): the default configuration, but the world's
+  ground truth withholds every served insight that would harm the task before the agent sees it:
+  how far an arm could get by polluting nothing while serving what it serves.
 
 ``scoring`` and the rule controller's credit (``EVOMEM_SCORING``, ``EVOMEM_RULES_CREDIT``) are passed
 as settings; a version of evomem without them ignores them (``Settings`` ignores unknown fields), and
@@ -34,6 +37,7 @@ class ArmSpec:
     judged: bool = False  # explicit verdicts from the world's judge in the events
     llm: bool = False  # the LLM controller against the test server with the world's judge
     settings: tuple[tuple[str, str], ...] = ()  # Settings fields of this arm
+    withhold_harmful: bool = False  # the ground truth hides what would harm from the agent (a bound)
 
     def overrides(self) -> dict[str, str]:
         return dict(self.settings)
@@ -73,6 +77,14 @@ ARMS: dict[str, ArmSpec] = {
             for scoring in SCORINGS
         ),
         ArmSpec("llm", llm=True, settings=(("operations", "all"), ("archive_policy", "evidence"))),
+        # a reference, not a memory: the default configuration with every served insight that would
+        # harm the task withheld by the ground truth before the agent sees it (and so never judged)
+        ArmSpec(
+            "no-pollution",
+            judged=True,
+            withhold_harmful=True,
+            settings=(("operations", "all"), ("archive_policy", "evidence")),
+        ),
     )
 }
 

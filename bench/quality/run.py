@@ -10,6 +10,7 @@ truth, repeat-query hits, the memory's final state and the edits that made it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 import time
 import uuid
@@ -133,6 +134,9 @@ def _loop(job: Job, world: World, mem: Memory | None, tally: _Tally) -> None:
     for task in world.tasks:
         retrieval = mem.retrieve(task.query, NAMESPACE) if mem is not None else None
         insights = retrieval.insights if retrieval is not None else ()
+        if job.arm.withhold_harmful and retrieval is not None:
+            insights = tuple(i for i in insights if not _harms(world, task, i.text))
+            retrieval = dataclasses.replace(retrieval, insights=insights)
         served = [world.by_text.get(i.text) for i in insights]
         _count_served(world, task, served, tally, teachings)
         success = task.u_success < world.success_probability(task, served)
@@ -174,6 +178,11 @@ def _loop(job: Job, world: World, mem: Memory | None, tally: _Tally) -> None:
         if (task.index + 1) % job.consolidate_every == 0 or task.index + 1 == len(world.tasks):
             _consolidate(mem, tally)
             teachings.consolidated()
+
+
+def _harms(world: World, task: Task, text: str) -> bool:
+    lesson = world.by_text.get(text)
+    return lesson is not None and world.effect(lesson, task.topic, task.index) < 0
 
 
 def _count_served(
