@@ -56,7 +56,12 @@ def serve(tmp_path: Path, redis_url: str, **overrides: Any) -> list[str]:
             memory.report(r, status="resolved", proposed_insight=proposal)
             memory.consolidate()
         task = TEMPLATE.format("git bisect", "for the mobile backend")
-        return [i.text for i in memory.retrieve(task, NS).insights]
+        r = memory.retrieve(task, NS)
+        # reported and consolidated like any other: the queries the search added are linked too
+        memory.report(r, status="resolved")
+        report = memory.consolidate()
+        assert (report.applied, report.dead_lettered) == (1, 0)
+        return [i.text for i in r.insights]
 
 
 @pytest.mark.parametrize("evidence_search", [0, 4])

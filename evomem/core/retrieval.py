@@ -112,6 +112,18 @@ def expand_neighbours(
     return Expansion(similar=tuple(similar), expanded=frozenset(weights), weights=weights)
 
 
+def with_queries(expansion: Expansion, found: Mapping[str, float]) -> Expansion:
+    """Q̃ˢ with more queries found outside Eq. 2 (the evidence search), each weighing its similarity
+    (a query already in Q̃ˢ keeps the larger weight); they join ``similar``, unexpanded."""
+    if not found:
+        return expansion
+    weights = dict(expansion.weights)
+    for q, w in found.items():
+        weights[q] = max(float(w), weights.get(q, 0.0))
+    similar = (*expansion.similar, *(q for q in found if q not in expansion.similar))
+    return Expansion(similar=similar, expanded=frozenset(weights), weights=weights)
+
+
 def candidates_from_queries(
     supports: Mapping[str, Iterable[str]],
     harms: Mapping[str, Iterable[str]],
@@ -273,4 +285,5 @@ __all__ = [
     "expand_neighbours",
     "rank_insights",
     "support",
+    "with_queries",
 ]

@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from evomem.core.hashing import word_features
-from evomem.core.ports import Embedder, GraphStore, RetrievalRecord, VectorIndex
+from evomem.core.ports import Embedder, GraphStore, QueryHit, RetrievalRecord, VectorIndex
 from evomem.core.retrieval import (
     Candidate,
     ScoredInsight,
@@ -25,6 +25,7 @@ from evomem.core.retrieval import (
     expand_neighbours,
     rank_insights,
     text_relevance,
+    with_queries,
 )
 from evomem.logs import get_logger
 from evomem.settings import Settings
@@ -99,13 +100,14 @@ class Retriever:
         k = top_k or s.top_k
         with stage("similar"):
             hits = self.index.search_queries(vector, namespace, k)  # Eq. 2
+        more: list[QueryHit] = []
         if s.evidence_search:
             with stage("evidence"):
                 # beyond the paper: Eq. 2's nearest past tasks may carry no evidence of the insights
                 # about this task (other subjects under the same template), so the k nearest other
                 # past tasks among the evidence of the insights nearest to its text join them
                 found = [h.id for h in hits]
-                hits += self.index.search_evidence(vector, namespace, s.evidence_search, k, found)
+                more = self.index.search_evidence(vector, namespace, s.evidence_search, k, found)
         with stage("expand"):
             expansion = expand_neighbours(
                 [h.id for h in hits],
@@ -113,7 +115,9 @@ class Retriever:
                 s.hops if hops is None else hops,
                 similarity=[h.score for h in hits],
             )  # Eq. 3-4
-            evidence = {h.id: h for h in hits}
+            if more:  # evidence already: added as found, not expanded through the query graph
+                expansion = with_queries(expansion, {h.id: h.score for h in more})
+            evidence = {h.id: h for h in [*hits, *more]}
             evidence.update(self.index.query_evidence(namespace, expansion.expanded - evidence.keys()))
         with stage("candidates"):
             supports = {q: h.supports for q, h in evidence.items()}
@@ -150,7 +154,7 @@ class Retriever:
                 query,
                 retrieval.similar,
                 tuple(i.id for i in ranked),
-                tuple(h.score for h in hits),
+                tuple(expansion.weights[q] for q in expansion.similar),  # each one's cosine
                 tuple(i.similarity for i in ranked),
             )
             # only the unfinished ones are kept: a service that never calls report() must not grow this
