@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from bench.common import merge_results
 from bench.quality import summary
-from bench.quality.arms import ARMS, append_only_arm, default_arm, default_scoring
+from bench.quality.arms import ARMS, DEFAULT_ARMS, append_only_arm, default_arm, default_scoring
 from bench.quality.plot import MOVING_AVERAGE, plot
 from bench.quality.run import CONSOLIDATE_EVERY, NAMESPACE, Job, run_job
 from bench.quality.worlds import WORLDS, WorldSpec
@@ -54,7 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--worlds", default=",".join(WORLDS), help="comma-separated, from: " + ", ".join(WORLDS)
     )
-    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated, from: " + ", ".join(ARMS))
+    parser.add_argument(
+        "--arms", default=",".join(DEFAULT_ARMS), help="comma-separated, from: " + ", ".join(ARMS)
+    )
     parser.add_argument(
         "--consolidate-every",
         type=int,

@@ -8,7 +8,7 @@
   in any event.
 * ``llm``: every operation, the evidence policy, the LLM controller against the local
   OpenAI-compatible test server, whose judge knows the world's ground truth and errs at its rate.
-* ``no-pollution`` (a reference, not a memory one could run): the default configuration, but the world's
+* ``no-pollution`` (a reference, only with ``--arms``): the default configuration, but the world's
   ground truth withholds every served insight that would harm the task before the agent sees it:
   how far an arm could get by polluting nothing while serving what it serves.
 
@@ -87,6 +87,8 @@ ARMS: dict[str, ArmSpec] = {
         ),
     )
 }
+#: The arms of a default run: every arm but the reference (``--arms`` takes it too).
+DEFAULT_ARMS = tuple(name for name, arm in ARMS.items() if not arm.withhold_harmful)
 
 
 def default_arm() -> str:
@@ -128,6 +130,7 @@ def settings_for(
 
 __all__ = [
     "ARMS",
+    "DEFAULT_ARMS",
     "LLM_MODEL",
     "SCORINGS",
     "ArmSpec",
