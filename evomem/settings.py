@@ -72,7 +72,8 @@ class Settings(BaseSettings):
         ge=0,
         le=1000,
         description="judged harms in a row after which the evidence policy archives an insight whatever "
-        "its support (what helped before and harms now); 0: never",
+        "its support (what helped before and harms now), plus one per power of ten of its judged "
+        "positives; 0: never",
     )
     scoring: Scoring = Field(
         "weighted", description="weighted: support and conflict weighted by similarity; count: Eq. 8-9"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from bench.quality import summary
+from bench.quality import summary, trace
 from bench.quality.__main__ import main
 from bench.quality.arms import append_only_arm, default_arm
 from bench.quality.judge import explicit_verdict, llm_judge
@@ -65,6 +65,18 @@ def test_quality_bench_writes_its_section(tmp_path: Path, capsys: pytest.Capture
     assert {t["target"] for t in q["targets"]} >= {"final-window success − add+keep ≥ 0.15"}
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "quality.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_the_trace_says_where_the_right_lesson_stood_and_what_harmed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert trace.main(["--world", "drift", "--seed", "1", "--tasks", "60"]) == 0
+    printed = capsys.readouterr().out
+    assert "final-window success" in printed and "harmful servings, whole run" in printed
+    head = printed.split("harmful servings")[0]
+    # every task of the final window (the last 20% of 60) is accounted for, once
+    assert sum(int(line.split()[0]) for line in head.splitlines() if line.startswith("  ")) == 12
 
 
 def test_a_judge_gives_partial_verdicts_to_over_general_lessons_and_errs_at_its_rate() -> None:

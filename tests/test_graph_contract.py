@@ -208,11 +208,12 @@ def test_evidence_policy_archives_once_negatives_reach_max_1_rho_positives(
 
 def test_a_streak_of_judged_harms_archives_whatever_the_support_before_it(store: GraphStore) -> None:
     """ARCHIVE_STREAK=s: an insight that helped often and now harms every time (drift) is archived
-    after s judged harms in a row, long before ρ·|Ω⁺|; a judged help in between restarts the count,
-    and inferred evidence counts for neither."""
+    after a run of judged harms, long before ρ·|Ω⁺|: s of them, one more per power of ten of its
+    judged support; a judged help in between restarts the count, and inferred evidence counts for
+    neither."""
     g = Graph(store)
     g.add("A")
-    g.support("A", 19)  # 20 judged positives: ρ = 0.5 alone would wait for 10 negatives
+    g.support("A", 7)  # 8 judged positives, 9 after the KEEP below: ρ = 1 alone would wait for 9
     outcomes = []
     for op, inferred in (
         (ARCHIVE, False),
@@ -224,13 +225,18 @@ def test_a_streak_of_judged_harms_archives_whatever_the_support_before_it(store:
         (ARCHIVE, False),
     ):
         edit = op("A").model_copy(update={"inferred": inferred})
-        outcomes.append(g.apply(edit, status="failed", streak=3).outcomes[0].outcome)
+        outcomes.append(g.apply(edit, status="failed", streak=3, ratio=1.0).outcomes[0].outcome)
     assert outcomes == ["negative_evidence"] * 2 + ["kept"] + ["negative_evidence"] * 3 + ["archived"]
     assert g.node("A").state == "archived" and len(g.node("A").negative) == 6
-    g.add("B")
-    g.support("B", 19)
-    for _ in range(4):
-        assert g.apply(ARCHIVE("B"), status="failed").outcomes[0].outcome == "negative_evidence"  # streak 0
+    # 100 judged positives: a run of 5 (3 + 2); without a streak the run never archives by itself
+    for name, streak, run in (("B", 3, 5), ("C", 0, None)):
+        g.add(name)
+        g.support(name, 99)
+        for n in range(1, 8):
+            outcome = g.apply(ARCHIVE(name), status="failed", streak=streak, ratio=1.0).outcomes[0].outcome
+            assert outcome == ("archived" if n == run else "negative_evidence"), (name, n)
+            if outcome == "archived":
+                break
 
 
 def test_evidence_policy_keeps_a_harmful_verdict_as_live_conflict_where_immediate_archives(

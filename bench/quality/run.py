@@ -15,6 +15,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,12 @@ class _Teachings:
         return None
 
 
-def run_job(job: Job) -> dict[str, Any]:
+#: Told of every task once its insights are served, before its report: (task, the served insights'
+#: lessons, the memory). ``bench.quality.trace`` watches a run through one.
+Observer = Callable[[Task, list[Lesson | None], Memory], None]
+
+
+def run_job(job: Job, observe: Observer | None = None) -> dict[str, Any]:
     """Run one (world, arm, seed) in its own temporary DATA_DIR and return its figures."""
     started = time.perf_counter()
     world = World(job.world, job.seed, job.tasks)
@@ -105,7 +111,7 @@ def run_job(job: Job) -> dict[str, Any]:
             if job.arm.llm:
                 url = stack.enter_context(LLMTestServer(judge=llm_judge(world))).url
             mem = stack.enter_context(Memory.open_local(settings_for(job.arm, root, url, dict(job.extra))))
-        _loop(job, world, mem, tally)
+        _loop(job, world, mem, tally, observe)
         if mem is not None:
             final = _final_state(world, mem, tally, job.arm)
     return {
@@ -129,7 +135,7 @@ def run_job(job: Job) -> dict[str, Any]:
     }
 
 
-def _loop(job: Job, world: World, mem: Memory | None, tally: _Tally) -> None:
+def _loop(job: Job, world: World, mem: Memory | None, tally: _Tally, observe: Observer | None) -> None:
     teachings = _Teachings()
     for task in world.tasks:
         retrieval = mem.retrieve(task.query, NAMESPACE) if mem is not None else None
@@ -143,6 +149,8 @@ def _loop(job: Job, world: World, mem: Memory | None, tally: _Tally) -> None:
         tally.success.append(int(success))
         if mem is None or retrieval is None:
             continue
+        if observe is not None:
+            observe(task, served, mem)
         proposal = world.proposal(task, success)
         verdicts: dict[str, Verdict] = {}
         if job.arm.judged and task.u_judge < world.spec.judge_share:
@@ -307,4 +315,4 @@ def _who(decided_by: str) -> str:
     return decided_by.split(":", 1)[0]
 
 
-__all__ = ["CONSOLIDATE_EVERY", "NAMESPACE", "Job", "run_job"]
+__all__ = ["CONSOLIDATE_EVERY", "NAMESPACE", "Job", "Observer", "run_job"]

@@ -11,9 +11,10 @@ implemented identically by every store (the contract suite checks that):
 * ARCHIVE q → Ω⁻. ``immediate`` (the paper, Eq. 13) deactivates at once; ``evidence`` deactivates
           only once the judged negatives reach max(m, ρ·judged positives) (m = ``archive_min``), so
           an active node can carry conflict and λ acts on it, and one wrong verdict does not retire a
-          good insight — or once its last s judgements in a row were harmful (s = ``archive_streak``),
-          however much support came before: what helped before and harms now (drift) goes after s
-          harms instead of ρ·|judged Ω⁺|. Judged: decided by a verdict or the LLM, or the creating
+          good insight — or once its last judgements in a row were harmful, s of them
+          (s = ``archive_streak``) plus one per power of ten of its judged support
+          (``streak_needed``): what helped before and harms now (drift) goes after a few harms
+          instead of ρ·|judged Ω⁺|. Judged: decided by a verdict or the LLM, or the creating
           event; an edit ``inferred`` from the outcome alone (the rule controller's) adds its evidence — which
           ranks — but counts for neither side of that threshold, and an inferred ARCHIVE never
           deactivates: an irreversible edit needs a judge.
@@ -238,9 +239,20 @@ def archive_threshold_reached(
     negatives: int, positives: int, ratio: float, minimum: int = 1, *, run: int = 0, streak: int = 0
 ) -> bool:
     """The evidence policy over judged evidence: archive once negatives ≥ max(m, ρ·positives), or
-    once the last ``streak`` judgements (``run``: judged negatives since the last judged positive)
-    were all harmful, whatever support came before them (0: never)."""
-    return negatives >= max(float(minimum), ratio * positives) or (streak > 0 and run >= streak)
+    once a run of judged negatives (``run``: since the last judged positive) reaches
+    ``streak_needed`` (``streak`` 0: never)."""
+    if negatives >= max(float(minimum), ratio * positives):
+        return True
+    return streak > 0 and run >= streak_needed(streak, positives)
+
+
+def streak_needed(streak: int, positives: int) -> int:
+    """The run of judged harms that archives an insight with this many judged positives: ``streak``,
+    plus one for each power of ten of its support (10 positives: s + 1, 100: s + 2). A judge wrong
+    one time in ten gives an insight judged n times about n·10⁻ˢ runs of s wrong verdicts, so the
+    run must grow with the record for the most used insights not to be lost to that noise, as a
+    fixed s would lose them sooner or later."""
+    return streak + len(str(max(positives, 1))) - 1
 
 
 __all__ = [
@@ -253,5 +265,6 @@ __all__ = [
     "plan_edits",
     "query_id_for",
     "revised_insight_id",
+    "streak_needed",
     "text_key",
 ]

@@ -299,8 +299,10 @@ for _, e in ipairs(plan.edits) do
             local pos = tonumber(redis.call('HGET', ins(id), 'jpos') or '0')
             local run = tonumber(redis.call('HGET', ins(id), 'jrun') or '0')
             local streak = tonumber(plan.archive_streak) or 0
+            -- editing.streak_needed: the run grows by one per power of ten of the judged support
+            local needed = streak + #tostring(math.max(pos, 1)) - 1
             archive = neg >= math.max(tonumber(plan.archive_min) or 1, plan.archive_ratio * pos)
-              or (streak > 0 and run >= streak)
+              or (streak > 0 and run >= needed)
           end
         end
         if archive then
