@@ -19,7 +19,13 @@ from typing import Any
 from bench import common
 from evomem import Memory
 from evomem.adapters.redis.connection import EmbeddedRedis
-from evomem.core.retrieval import ServingInsight, candidates_from_queries, expand_neighbours, rank_insights
+from evomem.core.retrieval import (
+    ServingInsight,
+    candidates_from_queries,
+    expand_neighbours,
+    rank_insights,
+    with_queries,
+)
 from evomem.errors import TransientError
 from evomem.runtime import prepare_replicas
 from evomem.settings import Settings
@@ -29,18 +35,24 @@ Task = tuple[str, str]
 
 def exact_recall(mem: Memory, tasks: Sequence[Task]) -> dict[str, Any]:
     """Served insights against the exact ones: the same similar queries (Qdrant scores sparse
-    vectors exhaustively over the inverted index: no approximation), then the query graph, every
-    query's whole evidence and every candidate's state read from Redis, the system of record, and
-    Eq. 7-10 over all of it. ``recall`` is the share of the exact top-B that was served;
+    vectors exhaustively over the inverted index: no approximation) and, with the evidence search
+    on, the same evidence queries (the index's search again), then the query graph, every query's
+    whole evidence and every candidate's state read from Redis, the system of record, and Eq. 7-10
+    over all of it. ``recall`` is the share of the exact top-B that was served;
     ``same_order`` the share of tasks served exactly the exact list."""
-    r, s, graph = mem.retriever, mem.settings, mem.runtime.graph
+    r, graph = mem.retriever, mem.runtime.graph
     exact_n = hit_n = same = inherited = 0
     for ns, text in tasks:
+        s = r.resolve(ns)
         served = [i.id for i in r.retrieve(text, ns, record=False).insights]
-        hits = r.index.search_queries(r.embedder.embed([text])[0], ns, s.top_k)
+        vector = r.embedder.embed([text])[0]
+        hits = r.index.search_queries(vector, ns, s.top_k)
         expansion = expand_neighbours(
             [h.id for h in hits], functools.partial(graph.neighbours, ns), s.hops, [h.score for h in hits]
         )
+        if s.evidence_search:
+            more = r.index.search_evidence(vector, ns, s.evidence_search, s.top_k, [h.id for h in hits])
+            expansion = with_queries(expansion, {h.id: h.score for h in more})
         points = graph.query_points([(ns, q) for q in expansion.expanded])
         supports = {q: p.supports for (_, q), p in points.items()}
         harms = {q: p.harms for (_, q), p in points.items()}
