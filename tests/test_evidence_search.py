@@ -38,7 +38,9 @@ def lesson(topic: str) -> str:
     return f"For {topic}, note the expected behaviour before changing anything."
 
 
-def serve(tmp_path: Path, redis_url: str, **overrides: Any) -> list[str]:
+def serve(tmp_path: Path, redis_url: str, **overrides: Any) -> tuple[list[str], set[str], set[str]]:
+    """The texts served for the task, the new query's neighbours once it is consolidated, and the
+    past queries Eq. 2 finds for it."""
     settings = Settings(
         data_dir=tmp_path / "data",
         redis_url=redis_url,
@@ -56,20 +58,24 @@ def serve(tmp_path: Path, redis_url: str, **overrides: Any) -> list[str]:
             memory.report(r, status="resolved", proposed_insight=proposal)
             memory.consolidate()
         task = TEMPLATE.format("git bisect", "for the mobile backend")
+        eq2 = set(memory.retriever.similar_queries(NS, task, 3))
         r = memory.retrieve(task, NS)
-        # reported and consolidated like any other: the queries the search added are linked too
-        memory.report(r, status="resolved")
+        memory.report(r, status="resolved", query_id="the-task")
         report = memory.consolidate()
         assert (report.applied, report.dead_lettered) == (1, 0)
-        return [i.text for i in r.insights]
+        linked = set(memory.graph.neighbours(NS, ["the-task"]).get("the-task", {}))
+        return [i.text for i in r.insights], linked, eq2
 
 
 @pytest.mark.parametrize("evidence_search", [0, 4])
 def test_the_insight_about_the_task_is_served_when_look_alikes_fill_eq2(
     tmp_path: Path, redis_url: str, redis_client: Any, evidence_search: int
 ) -> None:
-    served = serve(tmp_path, redis_url, evidence_search=evidence_search)
+    served, linked, eq2 = serve(tmp_path, redis_url, evidence_search=evidence_search)
     if evidence_search:
         assert served[0] == LESSON, served
     else:  # the paper's Q̃ˢ: three look-alikes of other subjects, none of them evidence of the lesson
         assert LESSON not in served and len(served) == 3, served
+    # the query graph links the task to Eq. 2's similar queries alone, the evidence search on or off:
+    # the lesson's query was found through the lesson, not through the task
+    assert linked == eq2 and len(eq2) == 3, (linked, eq2)

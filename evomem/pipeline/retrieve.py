@@ -148,13 +148,16 @@ class Retriever:
         if record:
             # off the agent's path: the record is only read when the report is consolidated, and
             # report() waits for pending records first (``flush``)
+            # the query graph links the new query to Eq. 2's similar queries only: the evidence
+            # search's queries were found through insights, not through this query, and linking them
+            # too would thicken every later expansion (Eq. 3-4) with every insight's evidence
             rec = RetrievalRecord(
                 retrieval.id,
                 namespace,
                 query,
-                retrieval.similar,
+                tuple(h.id for h in hits),
                 tuple(i.id for i in ranked),
-                tuple(expansion.weights[q] for q in expansion.similar),  # each one's cosine
+                tuple(h.score for h in hits),  # each one's cosine
                 tuple(i.similarity for i in ranked),
             )
             # only the unfinished ones are kept: a service that never calls report() must not grow this
