@@ -147,10 +147,10 @@ class Retriever:
         )
         if record:
             # off the agent's path: the record is only read when the report is consolidated, and
-            # report() waits for pending records first (``flush``)
-            # the query graph links the new query to Eq. 2's similar queries only: the evidence
-            # search's queries were found through insights, not through this query, and linking them
-            # too would thicken every later expansion (Eq. 3-4) with every insight's evidence
+            # report() waits for pending records first (``flush``). The query graph links the new
+            # query to Eq. 2's similar queries only: the evidence search's queries were found through
+            # insights, not through this query, and linking them too would thicken every later
+            # expansion (Eq. 3-4) with every insight's evidence
             rec = RetrievalRecord(
                 retrieval.id,
                 namespace,
