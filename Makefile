@@ -57,11 +57,20 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# The HTTP service is compared with the one before the architecture's change (the last commit on
+# http.server), in one run with the defaults, and in one with the retrieval settings that commit
+# had (no evidence search, cosine, no text relevance): the cost of the service apart from the
+# retrieval's own work, which those three added since for the memory's quality (bench/README.md).
+BASELINE ?= a4d006e
+ALIGNED  := --set evidence_search=0 --set similarity=cosine --set relevance_power=0
+
 bench: install           ## benchmarks; figures printed and merged into bench/results.json
 	$(BIN)/python -m bench.retrieval
 	$(BIN)/python -m bench.pipeline
 	$(BIN)/python -m bench.llm
-	$(BIN)/python -m bench.http
+	$(BIN)/python -m bench.http --variants shipped,current,workers,baseline --baseline $(BASELINE)
+	$(BIN)/python -m bench.http --variants current,baseline --baseline $(BASELINE) --scale "" \
+		--results-key http_aligned $(ALIGNED)
 	$(BIN)/python -m bench.growth
 	$(BIN)/python -m bench.caches
 

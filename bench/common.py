@@ -55,6 +55,30 @@ def embedded_settings(data_dir: Path, **overrides: Any) -> Settings:
     return Settings(data_dir=data_dir, redis_url=None, qdrant_url=None, url=None, **overrides)
 
 
+def child_env(overrides: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
+    """The environment of a process a benchmark starts: this one's without its EVOMEM_* settings (a
+    user's EVOMEM_URL must not point a server elsewhere), with ``overrides`` (Settings field, value)
+    as EVOMEM_FIELD."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
+    env.update({f"EVOMEM_{field.upper()}": value for field, value in overrides})
+    return env
+
+
+def settings_overrides(pairs: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``--set FIELD=VALUE`` arguments as (field, value) pairs, each checked against Settings."""
+    out = []
+    for pair in pairs:
+        field, sep, value = pair.partition("=")
+        if not sep or field not in Settings.model_fields:
+            raise SystemExit(f"--set {pair!r}: FIELD=VALUE, FIELD one of evomem's Settings fields")
+        out.append((field, value))
+    try:
+        Settings(**dict(out))  # type: ignore[arg-type]  # pydantic parses the strings
+    except ValueError as exc:  # pydantic's ValidationError
+        raise SystemExit(f"--set: {exc}") from None
+    return tuple(out)
+
+
 def _version(dist: str) -> str | None:
     try:
         return metadata.version(dist)
@@ -139,10 +163,12 @@ def relevance_of(query: str) -> Callable[[Candidate], float]:
 
 __all__ = [
     "DEFAULT_OUT",
+    "child_env",
     "embedded_settings",
     "machine_info",
     "merge_results",
     "relevance_of",
+    "settings_overrides",
     "summarise",
     "time_calls",
 ]

@@ -72,6 +72,8 @@ class Plan:
     variants: tuple[str, ...]
     connect_burst: int
     serve_workers: int = 2
+    settings: tuple[tuple[str, str], ...] = ()
+    """``--set`` FIELD=VALUE pairs: the Settings of every memory and server the run starts."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -160,7 +162,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also time this many connections opened back to back; 0: no (default: %(default)s)",
     )
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a Settings field for every memory and server process of the run, the baseline's too "
+        "(as EVOMEM_FIELD; a commit that has no such field ignores it), e.g. evidence_search=0",
+    )
+    parser.add_argument(
         "--out", type=Path, default=common.DEFAULT_OUT, help="results file (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--results-key",
+        default=HTTP_KEY,
+        help="the key of the results file the HTTP figures go under, e.g. http_aligned for a run with "
+        "--set that must not replace the default configuration's (default: %(default)s)",
     )
     parser.add_argument("--seed", type=int, default=7, help="dataset seed (default: %(default)s)")
     parser.add_argument(
@@ -187,6 +203,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     if not variants or set(variants) - set(VARIANTS):
         raise SystemExit(f"--variants: a list of {', '.join(VARIANTS)}")
+    settings = common.settings_overrides(args.set)
     if args.quick:
         return Plan(
             queries=2_000,
@@ -203,6 +220,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
             variants=variants,
             connect_burst=0,
             serve_workers=args.serve_workers,
+            settings=settings,
         )
     concurrency = _ints(args.concurrency, "--concurrency")
     if not concurrency or min(concurrency) < 1 or min(args.requests, args.queries, args.insights) < 1:
@@ -222,6 +240,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         variants=variants,
         connect_burst=args.connect_burst,
         serve_workers=args.serve_workers,
+        settings=settings,
     )
 
 
@@ -391,7 +410,7 @@ class LoadGenerator:
 
     def __init__(self, tokens: dict[str, str]) -> None:
         self.tokens = tokens
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
+        env = common.child_env()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.http", "--loadgen"],
             stdin=subprocess.PIPE,
@@ -512,6 +531,7 @@ def server_process(
     root: Path,
     tokens: dict[str, str],
     workers: int = 1,
+    overrides: Sequence[tuple[str, str]] = (),
 ) -> Iterator[Target]:
     """``serve()`` of the tree at ``source`` in its own process, on a copy of the loaded Qdrant store
     (the embedded store is held by one process) and the same Redis. Another commit's tree may keep
@@ -528,7 +548,7 @@ def server_process(
         shutil.copytree(settings.data_dir / "qdrant", data / "qdrant")
         # the copy is in step with the feed: start its projector where the original's is
         mem.redis.set(cursor_key, mem.projector.cursor)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
+    env = common.child_env(overrides)
     socket_path = mem.redis.connection_pool.connection_kwargs.get("path")
     env.update(
         PYTHONPATH=str(source),
@@ -901,7 +921,7 @@ def scale_point(
 ) -> dict[str, Any]:
     data_dir = root / f"scale-{n_insights}"
     shutil.rmtree(data_dir, ignore_errors=True)
-    settings = common.embedded_settings(data_dir)
+    settings = common.embedded_settings(data_dir, **dict(plan.settings))
     t0 = time.perf_counter()
     n_queries = plan.scale_queries
     stats = bench.build_dataset(settings, n_queries, n_insights, seed=seed, progress=progress, out=err)
@@ -930,7 +950,7 @@ def scale_point(
                 "index_queries": mem.index.count("query"),
                 "rss_mb_bench_process": _rss_mb(),
             }
-        service = _service_point(settings, service_tasks, w)
+        service = _service_point(settings, service_tasks, w, plan.settings)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     return {
@@ -953,7 +973,9 @@ def scale_point(
     }
 
 
-def _service_point(settings: Settings, tasks: list[Task], warmup: int) -> dict[str, Any]:
+def _service_point(
+    settings: Settings, tasks: list[Task], warmup: int, overrides: Sequence[tuple[str, str]]
+) -> dict[str, Any]:
     tokens = tokens_for(list(bench.NAMESPACE_WEIGHTS))
     gen = LoadGenerator(tokens)
 
@@ -961,7 +983,7 @@ def _service_point(settings: Settings, tasks: list[Task], warmup: int) -> dict[s
         return gen.run(Target(host, port), level, concurrency=1, warmup=w, max_seconds=600)
 
     try:
-        return scale_service.service_point(settings, tasks, warmup, tokens, drive)
+        return scale_service.service_point(settings, tasks, warmup, tokens, drive, overrides)
     finally:
         gen.close()
 
@@ -1061,7 +1083,9 @@ def run_http(
 ) -> dict[str, Any]:
     namespaces = list(bench.NAMESPACE_WEIGHTS)
     tokens = tokens_for(namespaces)
-    settings = common.embedded_settings(root / "http", tokens=SecretStr(token_spec(tokens)), http_port=0)
+    settings = common.embedded_settings(
+        root / "http", tokens=SecretStr(token_spec(tokens)), http_port=0, **dict(plan.settings)
+    )
     out.write(f"[HTTP and in process: {plan.queries:,} queries, {plan.insights:,} insights]\n")
     out.flush()
     stats = bench.build_dataset(settings, plan.queries, plan.insights, seed=seed, progress=progress, out=err)
@@ -1085,7 +1109,9 @@ def run_http(
                 if name in plan.variants:
                     n_proc = plan.serve_workers if name == "workers" else 1
                     targets[name] = stack.enter_context(
-                        server_process(name, sources[name], settings, mem, root, tokens, n_proc)
+                        server_process(
+                            name, sources[name], settings, mem, root, tokens, n_proc, plan.settings
+                        )
                     )
             gen = LoadGenerator(tokens)
             try:
@@ -1250,7 +1276,7 @@ def run(args: argparse.Namespace) -> int:
         "scale_target_ratio": 3.0,
     }
     if http is not None:
-        _report_http(args.out, shared, http, plan, scale_targets, out)
+        _report_http(args.out, args.results_key, shared, http, plan, scale_targets, out)
     if scale:  # a run without a curve (--scale "") leaves the last one in the file
         common.merge_results(
             args.out,
@@ -1268,13 +1294,14 @@ def run(args: argparse.Namespace) -> int:
             f"p50 largest/smallest scale point: in process {ratio}, repeat pass {repeat_ratio}, "
             f"the service process {service_ratio} (target ≤ 3)\n"
         )
-    merged = [k for k, done in ((HTTP_KEY, http is not None), (SCALE_KEY, bool(scale))) if done]
+    merged = [k for k, done in ((args.results_key, http is not None), (SCALE_KEY, bool(scale))) if done]
     out.write(f"merged under {', '.join(map(repr, merged)) or 'nothing'} in {args.out}\n")
     return 0
 
 
 def _report_http(
     path: Path,
+    key: str,
     shared: dict[str, Any],
     http: dict[str, Any],
     plan: Plan,
@@ -1302,9 +1329,25 @@ def _report_http(
             ),
             "p50_c1_target_ratio": 1.2,
         }
+    if {"current", "baseline"} <= set(plan.variants):
+        # this tree's `evomem serve` against the --baseline commit's, in the same run and settings
+        qps = {}
+        for c in plan.concurrency:
+            now, then = _row(levels, "current", c), _row(levels, "baseline", c)
+            qps[str(c)] = _ratio(now["qps"], then["qps"]) if now and then else None
+        targets["baseline"] = {
+            "ref": http.get("baseline_ref"),
+            "settings": dict(plan.settings),
+            "p50_c1_ratio": _ratio(
+                _p50(levels, "http", "current", 1) or 0, _p50(levels, "http", "baseline", 1) or 0
+            ),
+            "p50_c1_target_ratio": 1.2,
+            "qps_ratio": qps,
+            "qps_target_ratio": 1.0,
+        }
     common.merge_results(
         path,
-        HTTP_KEY,
+        key,
         {
             **shared,
             **{k: v for k, v in http.items() if k != "cprofile"},
@@ -1328,6 +1371,14 @@ def _report_http(
         f"targets: in-process p50 {targets['in_process_p50_ms']} ms (≤ 2), HTTP p50 "
         f"{targets['http_p50_ms']} ms (≤ 5)\n"
     )
+    if "baseline" in targets:
+        b = targets["baseline"]
+        given = ", ".join(f"{k}={v}" for k, v in b["settings"].items()) or "the defaults"
+        out.write(
+            f"current against {b['ref']} ({given}): p50 at c=1 ×{b['p50_c1_ratio']} (≤ 1.2), QPS "
+            + ", ".join(f"c={c} ×{r}" for c, r in b["qps_ratio"].items())
+            + " (≥ 1)\n"
+        )
     if "workers" in targets:
         w = targets["workers"]
         out.write(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import signal
 import subprocess
 import sys
@@ -122,14 +121,19 @@ Drive = Callable[[str, int, list[Task], int], dict[str, Any]]
 
 
 def service_point(
-    settings: Settings, tasks: list[Task], warmup: int, tokens: dict[str, str], drive: Drive
+    settings: Settings,
+    tasks: list[Task],
+    warmup: int,
+    tokens: dict[str, str],
+    drive: Drive,
+    overrides: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """`evomem serve` on the loaded store (its replica and its cursor in Redis as the load left
     them): start-up until it listens, ``tasks`` at concurrency 1 (``drive``: the load generator),
     its memory after; then the copy ``serve --workers 2`` makes for its second process."""
     data_dir = settings.data_dir
     with redis_up(data_dir) as url:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
+        env = common.child_env(overrides)  # bench.http --set
         env.update(
             EVOMEM_DATA_DIR=str(data_dir),
             EVOMEM_REDIS_URL=url,

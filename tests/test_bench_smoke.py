@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,26 @@ def test_a_results_file_in_the_old_layout_is_merged_not_wiped(tmp_path: Path) ->
     common.merge_results(path, "retrieval", {"schema": 1, "scenarios": []})
     assert json.loads(path.read_text())["retrieval"] == {"schema": 1, "scenarios": []}
     assert json.loads(path.read_text())["http"] == {"levels": []}
+
+
+def test_set_gives_its_settings_to_every_process_the_http_benchmark_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parser = argparse.ArgumentParser()
+    bench_http.add_arguments(parser)
+    args = parser.parse_args(["--set", "evidence_search=0", "--set", "similarity=cosine"])
+    plan = bench_http.make_plan(args)
+    assert plan.settings == (("evidence_search", "0"), ("similarity", "cosine"))
+    # a user's own EVOMEM_* stay out of the processes; the --set ones go in, as EVOMEM_FIELD
+    monkeypatch.setenv("EVOMEM_URL", "http://elsewhere:1")
+    monkeypatch.setenv("EVOMEM_EVIDENCE_SEARCH", "5")
+    env = common.child_env(plan.settings)
+    assert env["EVOMEM_EVIDENCE_SEARCH"] == "0" and env["EVOMEM_SIMILARITY"] == "cosine"
+    assert "EVOMEM_URL" not in env and env["PATH"] == os.environ["PATH"]
+    assert "EVOMEM_EVIDENCE_SEARCH" not in common.child_env()
+    for bad in ("no_such_field=1", "evidence_search", "evidence_search=many", "similarity=jaccard"):
+        with pytest.raises(SystemExit, match="--set"):
+            bench_http.make_plan(parser.parse_args(["--set", bad]))
 
 
 @pytest.mark.slow
