@@ -13,7 +13,7 @@ ArchivePolicy = Literal["evidence", "immediate"]
 Scoring = Literal["weighted", "count"]
 RulesCredit = Literal["relevant", "all"]
 Similarity = Literal["cosine", "idf"]
-ArchivedRepeats = Literal["evidence", "new"]
+ArchivedRepeats = Literal["evidence", "restore", "new"]
 
 #: Which operations each ablation (paper Figure 3) allows; ADD is always allowed.
 ALLOWED_OPERATIONS: dict[str, frozenset[str]] = {
@@ -103,7 +103,9 @@ class Settings(BaseSettings):
     archived_repeats: ArchivedRepeats = Field(
         "evidence",
         description="a proposed insight that repeats an archived one: evidence (its query becomes that "
-        "insight's evidence, forwarded to what replaced it; no new node) | new (a new node, the paper's ADD)",
+        "insight's evidence, forwarded to what replaced it; no new node) | restore (the same, and a judged "
+        "repeat that leaves its judged harms below the archive threshold makes it active again) | new (a "
+        "new node, the paper's ADD)",
     )
     query_degree: int = Field(
         32, ge=0, le=10_000, description="neighbours each query keeps in the query graph, the most similar"

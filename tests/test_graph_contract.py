@@ -389,6 +389,39 @@ def test_a_proposal_repeating_an_archived_insight_is_its_evidence_not_a_fresh_st
     assert store.heads(NS, ["A"])["A"].judged_positive == 2
 
 
+def test_a_judged_repeat_restores_an_insight_its_record_no_longer_condemns(store: GraphStore) -> None:
+    """ARCHIVED_REPEATS=restore: the repeat is evidence as with ``evidence``; one from a resolved task
+    that leaves the judged negatives below max(m, ρ·judged positives) makes the insight active again,
+    with no new node. A failed task's repeat, the immediate policy and a revised node never do."""
+    g = Graph(store)
+    g.add("A", "Ignore the shard key.")
+    assert g.apply(ARCHIVE("A"), ratio=1.0).outcomes[0].outcome == "archived"  # 1 harm ≥ max(1, 1·1)
+    failed = g.apply(ADD("B", "ignore the shard key"), archived_repeats="restore", ratio=1.0, status="failed")
+    assert (failed.outcomes[0].outcome, g.node("A").state) == ("evidence_only", "archived")
+    again = g.apply(ADD("C", "ignore the shard key"), archived_repeats="restore", ratio=1.0)
+    assert (again.outcomes[0].outcome, again.outcomes[0].insight_id, again.created) == ("restored", "A", ())
+    node = g.node("A")
+    assert node.state == "active" and store.insight_ids(NS) == {"A"}
+    assert [h.outcome for h in store.history("A")] == ["added", "archived", "evidence_only", "restored"]
+    assert g.apply(KEEP("A")).outcomes[0].outcome == "kept"  # served and judged again as any active one
+
+    g.add("D", "Skip the tests.")
+    g.apply(ARCHIVE("D"), ratio=1.0)
+    g.apply(ARCHIVE("D"), ratio=1.0)  # archived: its second harm is evidence only
+    one_more = g.apply(ADD("E", "skip the tests"), archived_repeats="restore", ratio=1.0)
+    # two judged harms still reach max(1, 1·2 judged positives): the record still condemns it
+    assert (one_more.outcomes[0].outcome, g.node("D").state) == ("evidence_only", "archived")
+    g.add("F", "Retry the upload.")
+    g.apply(ARCHIVE("F"), policy="immediate")
+    immediate = g.apply(ADD("G", "retry the upload"), archived_repeats="restore", policy="immediate")
+    assert (immediate.outcomes[0].outcome, g.node("F").state) == ("evidence_only", "archived")
+    g.add("H", "Check the pivot first.")
+    g.apply(REVISE("H", "H2", "For quick sort, check the pivot first."))
+    g.apply(ARCHIVE("H2"), policy="immediate")
+    revised = g.apply(ADD("I", "check the pivot first"), archived_repeats="restore", ratio=1.0)
+    assert (revised.outcomes[0].outcome, g.node("H").state) == ("evidence_only", "archived")
+
+
 def test_a_proposal_repeating_a_revised_insight_is_evidence_of_the_insight_that_replaced_it(
     store: GraphStore,
 ) -> None:

@@ -32,7 +32,10 @@ implemented identically by every store (the contract suite checks that):
           *archived* insight and no active one makes no node either: q → Ω⁺ of the archived insight,
           judged or inferred as above, which stays archived, and, if it was revised, of the active
           tip of its revision chain too. A lesson the memory retired for the harm it did does not
-          come back with a clean slate each time an agent proposes it again.
+          come back with a clean slate each time an agent proposes it again. With ``"restore"``
+          the same, and a judged repeat that leaves the insight's judged negatives below
+          max(m, ρ·judged positives) makes it active again (``restored``): archived by the evidence
+          policy, not revised, it comes back only on the record that retired it, outweighed.
 * Edges   when Ψ = resolved, (ι_a, ι_b, q) for every retrieved ι_a and every new or revised ι_b (Eq. 18).
 * Queries a query with a retrieval record is linked both ways to the similar queries it retrieved,
           each edge weighted by their cosine; one reported without (``similar`` None) is linked by
@@ -97,7 +100,8 @@ class EditPlan(BaseModel):
     archive_ratio: float
     archive_min: int = 1  # judged negatives needed at least before the evidence policy archives
     archive_streak: int = 0  # judged negatives in a row that archive whatever the support (0: never)
-    archived_repeats: Literal["evidence", "new"] = "new"  # an ADD whose twin is archived: evidence there
+    # an ADD whose twin is archived: evidence there (restore: and active again once outweighed)
+    archived_repeats: Literal["evidence", "restore", "new"] = "new"
     at: datetime
 
     def to_json(self) -> str:
@@ -145,7 +149,7 @@ def plan_edits(
     at: datetime,
     archive_min: int = 1,
     archive_streak: int = 0,
-    archived_repeats: Literal["evidence", "new"] = "new",
+    archived_repeats: Literal["evidence", "restore", "new"] = "new",
     similar_scores: list[float] | None = None,
     degree: int = 0,
     twins: Mapping[str, str] | None = None,

@@ -30,9 +30,9 @@ class EditOutcome:
 
     op: str
     insight_id: str | None
-    outcome: (
-        str  # kept forwarded evidence_only negative_evidence archived revised merged added duplicate rejected
-    )
+    #: kept forwarded evidence_only restored negative_evidence archived revised merged added duplicate
+    #: rejected
+    outcome: str
     new_id: str | None = None
     forwarded_to: str | None = None
 

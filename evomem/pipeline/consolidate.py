@@ -336,7 +336,7 @@ class Consolidator:
                 key = text_key(text)
                 vec = duplicates.vector(text)
                 twin = duplicates.nearest(vec, [k for k in known if k.id != old_id], threshold)
-                if twin is None and old_id is None and self.resolve(ns).archived_repeats == "evidence":
+                if twin is None and old_id is None and self.resolve(ns).archived_repeats != "new":
                     # a proposal that repeats an archived insight: applying it records its query there
                     twin = duplicates.nearest(vec, archived, threshold)
                 w.bands[key] = bands[text]

@@ -241,8 +241,13 @@ class InMemoryGraphStore:
                 # evidence of the archived insight (and of what replaced it), never a fresh start
                 judged = plan.status == "resolved"
                 self._positive(archived, query, ev, judged)
-                self._touch(archived, plan, ev, False)
                 tip = self._active_tip(archived)
+                restored = tip is None and self._restores(plan, archived, judged)
+                if restored:
+                    archived.state = "active"
+                self._touch(archived, plan, ev, restored)
+                if restored:
+                    return EditOutcome("ADD", archived.id, "restored")
                 if tip is None:
                     return EditOutcome("ADD", archived.id, "evidence_only")
                 self._positive(tip, query, ev, judged)
@@ -327,13 +332,27 @@ class InMemoryGraphStore:
     def _archived_twin(self, plan: EditPlan, edit: PlannedEdit) -> _Insight | None:
         """With ``archived_repeats="evidence"``, the archived insight a text repeats when no active
         one does: the last node of the same normalised text, else the near twin found before."""
-        if plan.archived_repeats != "evidence":
+        if plan.archived_repeats == "new":
             return None
         for candidate in (self._texts.get((plan.namespace, edit.text_key or "")), edit.twin):
             twin = self._node(plan, candidate)
             if twin is not None:
                 return twin
         return None
+
+    @staticmethod
+    def _restores(plan: EditPlan, node: _Insight, judged: bool) -> bool:
+        """``archived_repeats="restore"``: a judged repeat of an insight the evidence policy archived
+        (not revised) restores it once its judged negatives no longer reach the threshold."""
+        return (
+            plan.archived_repeats == "restore"
+            and judged
+            and plan.archive_policy == "evidence"
+            and node.revised_to is None
+            and not archive_threshold_reached(
+                node.judged_negative, node.judged_positive, plan.archive_ratio, plan.archive_min
+            )
+        )
 
     def _active_tip(self, node: _Insight) -> _Insight | None:
         current = node

@@ -194,7 +194,7 @@ end
 -- the archived insight a proposal repeats (ARCHIVED_REPEATS=evidence) when no active one has its
 -- text: the last node of the same normalised text, else the near twin found before the plan
 local function archived_twin(e)
-  if plan.archived_repeats ~= 'evidence' or active_twin(e) then return nil end
+  if plan.archived_repeats == 'new' or active_twin(e) then return nil end
   local candidates = {}
   if e.text_key and e.text_key ~= cjson.null then table.insert(candidates, redis.call('HGET', texts, e.text_key)) end
   if e.twin and e.twin ~= cjson.null then table.insert(candidates, e.twin) end
@@ -213,10 +213,22 @@ for _, e in ipairs(plan.edits) do
     -- the active insight that replaced it gets the evidence too, as a KEEP would forward it
     local judged = plan.status == 'resolved'
     positive(archived, judged)
-    touch(archived, false)
     o.insight_id = archived
     local tip = active_tip(archived)
-    if tip then
+    -- ARCHIVED_REPEATS=restore: a judged repeat of an insight the evidence policy archived (not
+    -- revised) makes it active again once its judged negatives no longer reach the threshold
+    local restored = false
+    if not tip and judged and plan.archived_repeats == 'restore' and plan.archive_policy == 'evidence'
+      and not redis.call('HGET', ins(archived), 'revised_to') then
+      local neg = tonumber(redis.call('HGET', ins(archived), 'jneg') or '0')
+      local pos = tonumber(redis.call('HGET', ins(archived), 'jpos') or '0')
+      restored = neg < math.max(tonumber(plan.archive_min) or 1, plan.archive_ratio * pos)
+    end
+    if restored then redis.call('HSET', ins(archived), 'state', 'active') end
+    touch(archived, restored)
+    if restored then
+      o.outcome = 'restored'
+    elseif tip then
       positive(tip, judged)
       touch(tip, false)
       o.outcome = 'forwarded'
