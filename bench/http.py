@@ -17,7 +17,6 @@ import logging
 import os
 import pstats
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from evomem.ops.progress import add_flag, wanted
 from evomem.pipeline.retrieve import STAGES as RETRIEVE_STAGES
 from evomem.service.server import EvomemHTTPServer, build_server
 from evomem.settings import Settings
+from evomem.testing.serve import service_process
 
 DEFAULT_QUERIES = 100_000
 DEFAULT_INSIGHTS = 20_000
@@ -564,32 +564,14 @@ def server_process(
             "from evomem.settings import Settings; from evomem.service.workers import serve_workers; "
             "serve_workers(Settings())"
         )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        cwd=data,
-    )
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if "retrieval service on http://" not in line:
-            raise RuntimeError(f"the {name} server did not start ({proc.wait()}); its stderr is above")
-        host, port = line.rsplit("http://", 1)[1].split()[0].rsplit(":", 1)
-        if rebuild:
-            _caught_up(mem, cursor_key, proc)
-        yield Target(host, int(port), proc.pid)
+        with service_process(
+            ["-c", code], env, cwd=data, what=f"the {name} server", stop_timeout_s=30
+        ) as service:
+            if rebuild:
+                _caught_up(mem, cursor_key, service.proc)
+            yield Target(service.host, service.port, service.proc.pid)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
         shutil.rmtree(data, ignore_errors=True)
 
 

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -28,6 +25,7 @@ from evomem.core.retrieval import (
 from evomem.errors import TransientError
 from evomem.runtime import prepare_replicas
 from evomem.settings import Settings
+from evomem.testing.serve import service_process
 
 Task = tuple[str, str]
 
@@ -141,28 +139,11 @@ def service_point(
             EVOMEM_TOKENS=";".join(f"{tok}={ns}" for ns, tok in tokens.items()),
         )
         t0 = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "evomem.cli", "serve"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            if "retrieval service on http://" not in line:
-                raise RuntimeError(f"the service did not start ({proc.wait()}); its stderr is above")
+        with service_process(["-m", "evomem.cli", "serve"], env) as service:
             start_s = time.perf_counter() - t0
-            memory_started = process_memory_mb(proc.pid)
-            host, port = line.rsplit("http://", 1)[1].split()[0].rsplit(":", 1)
-            raw = drive(host, int(port), tasks, warmup)
-            memory = process_memory_mb(proc.pid)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-            if proc.stdout is not None:
-                proc.stdout.close()
+            memory_started = process_memory_mb(service.proc.pid)
+            raw = drive(service.host, service.port, tasks, warmup)
+            memory = process_memory_mb(service.proc.pid)
         replicas = prepare_replicas(settings.model_copy(update={"redis_url": url}), 2)
     return {
         "start_s": round(start_s, 3),

@@ -8,8 +8,6 @@ import http.client
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +19,7 @@ import redis
 from evomem import Memory, Settings, keys
 from evomem.adapters.redis.changes import cursor_order
 from evomem.runtime import prepare_replicas, replica_dirs
+from evomem.testing.serve import service_process
 
 QUERIES = [f"Verify claim {n} about the fleet's vehicles" for n in range(12)]
 
@@ -64,23 +63,10 @@ def served(tmp_path: Path, redis_url: str, redis_client: redis.Redis) -> Iterato
         _report_and_consolidate(writer, "alpha", 0, 6)  # before the processes start: the bootstrap
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
     env.update(EVOMEM_DATA_DIR=str(settings.data_dir), EVOMEM_REDIS_URL=redis_url)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "evomem.cli", "serve", "--workers", "2", "--port", "0"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "retrieval service on http://" in line, f"serve exited ({proc.poll()})"
-        yield line.split(" on ", 1)[1].split()[0], settings
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-        if proc.stdout is not None:
-            proc.stdout.close()
+    args = ["-m", "evomem.cli", "serve", "--workers", "2", "--port", "0"]
+    with service_process(args, env, what="evomem serve --workers 2") as service:
+        yield service.url, settings
+    assert service.returncode == 0
 
 
 def _one_connection_per_process(url: str, processes: int) -> dict[int, _Conn]:
