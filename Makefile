@@ -57,10 +57,11 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# The HTTP service is compared with the one before the architecture's change (the last commit on
-# http.server), in one run with the defaults, and in one with the retrieval settings that commit
-# had (no evidence search, cosine, no text relevance): the cost of the service apart from the
-# retrieval's own work, which those three added since for the memory's quality (bench/README.md).
+# The HTTP service is compared with a4d006e's (already on uvicorn + Starlette; the http.server one,
+# 972924d, reads an older Redis layout and cannot serve the same data), in one run with the
+# defaults, and in one with the retrieval settings a4d006e had (no evidence search, cosine, no text
+# relevance): the cost of the service apart from the retrieval's own work, which those three added
+# since for the memory's quality (bench/README.md).
 BASELINE ?= a4d006e
 ALIGNED  := --set evidence_search=0 --set similarity=cosine --set relevance_power=0
 

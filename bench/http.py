@@ -199,11 +199,19 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
         raise SystemExit(f"{what}: not a list of integers: {text!r}") from None
 
 
+#: Settings every process of a run gets from the run itself (its stores, tokens and ports).
+_RUN_OWNS = frozenset(
+    {"data_dir", "redis_url", "qdrant_url", "url", "token", "tokens", "http_port", "http_workers"}
+)
+
+
 def make_plan(args: argparse.Namespace) -> Plan:
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     if not variants or set(variants) - set(VARIANTS):
         raise SystemExit(f"--variants: a list of {', '.join(VARIANTS)}")
     settings = common.settings_overrides(args.set)
+    if reserved := {f for f, _ in settings} & _RUN_OWNS:
+        raise SystemExit(f"--set {', '.join(sorted(reserved))}: the benchmark sets these itself")
     if args.quick:
         return Plan(
             queries=2_000,

@@ -152,7 +152,13 @@ def test_set_gives_its_settings_to_every_process_the_http_benchmark_starts(
     assert env["EVOMEM_EVIDENCE_SEARCH"] == "0" and env["EVOMEM_SIMILARITY"] == "cosine"
     assert "EVOMEM_URL" not in env and env["PATH"] == os.environ["PATH"]
     assert "EVOMEM_EVIDENCE_SEARCH" not in common.child_env()
-    for bad in ("no_such_field=1", "evidence_search", "evidence_search=many", "similarity=jaccard"):
+    for bad in (
+        "no_such_field=1",
+        "evidence_search",
+        "evidence_search=many",
+        "similarity=jaccard",
+        "data_dir=/x",
+    ):
         with pytest.raises(SystemExit, match="--set"):
             bench_http.make_plan(parser.parse_args(["--set", bad]))
 
