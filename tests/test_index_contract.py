@@ -109,8 +109,18 @@ def ids(hits: list[QueryHit]) -> list[str]:
     return [h.id for h in hits]
 
 
+def serving(index: VectorIndex, namespace: str, wanted: list[str]) -> list[ServingInsight]:
+    """Eq. 7's filter as retrieval asks for it: the active ids first, then the text of each."""
+    active, heirs = index.serving_ids(namespace, wanted)
+    found = index.read_insights(namespace, active | set(heirs))
+    assert set(found) == active | set(heirs)
+    for heir, inherits in heirs.items():
+        assert found[heir].inherits == inherits
+    return sorted(found.values(), key=lambda s: s.id)
+
+
 def served(index: VectorIndex, namespace: str, wanted: list[str]) -> dict[str, ServingInsight]:
-    return {s.id: s for s in index.serving_insights(namespace, wanted)}
+    return {s.id: s for s in serving(index, namespace, wanted)}
 
 
 # -- similarity search (Eq. 2) ------------------------------------------------------------------
@@ -367,14 +377,14 @@ def test_serving_insights_are_the_active_ones_named_directly_or_through_what_the
     assert set(found) == {"hit", "revision"}
     assert (found["hit"].text, found["hit"].version, found["revision"].inherits) == ("hit v2", 2, ("old",))
     assert set(served(index, "elsewhere", ["foreign", "hit"])) == {"foreign"}
-    assert index.serving_insights("ns", []) == []
+    assert serving(index, "ns", []) == []
 
 
 def test_an_archived_insight_is_never_served_again(index: VectorIndex) -> None:
     index.write_insights([(insight("i"), NEAR)])
     assert set(served(index, "ns", ["i"])) == {"i"}
     index.write_insights([(insight("i", state="archived", version=2), None)])
-    assert index.serving_insights("ns", ["i"]) == []
+    assert serving(index, "ns", ["i"]) == []
     assert index.search_insights(PROBE, "ns", 10) == []
     assert index.versions("insight", "ns", ["i"]) == {"i": 2}
 
@@ -385,7 +395,7 @@ def test_an_older_version_never_overwrites_a_newer_one(index: VectorIndex) -> No
     index.write_insights([(insight("i", state="archived", version=2), NEAR)])
     index.write_insights([(insight("i", state="archived", version=3), None)])  # same version: not newer
     assert index.versions("insight", "ns", ["i"]) == {"i": 3}
-    [c] = index.serving_insights("ns", ["i"])
+    [c] = serving(index, "ns", ["i"])
     assert (c.version, c.text) == (3, "i v3")
     index.write_queries([(query("q", supports=("a", "b"), version=4), NEAR)])
     index.write_queries([(query("q", supports=("a",), version=3), None)])
@@ -434,7 +444,7 @@ def test_empty_inputs_give_empty_answers(index: VectorIndex) -> None:
     index.write_insights([(insight("i"), NEAR)])
     assert index.search_queries({}, "ns", 5) == []
     assert index.search_insights({}, "ns", 5) == []
-    assert index.serving_insights("ns", []) == []
+    assert serving(index, "ns", []) == []
     assert index.versions("insight", "ns", []) == {}
 
 
@@ -582,7 +592,7 @@ def test_a_server_write_is_guarded_even_when_the_read_was_stale(
         monkeypatch.setattr(index.client, "retrieve", stale)
         index.write_insights([(insight("i", state="archived", version=2), DISJOINT)])
         monkeypatch.undo()
-        [c] = index.serving_insights("ns", ["i"])
+        [c] = serving(index, "ns", ["i"])
         assert c.version == 3
         assert [h for h, _ in index.search_insights(PROBE, "ns", 5)] == ["i"]
     finally:

@@ -21,7 +21,7 @@ from evomem.adapters.memory.graph import InMemoryGraphStore
 from evomem.adapters.memory.index import InMemoryIndex
 from evomem.core.editing import plan_edits
 from evomem.core.hashing import HashingEmbedder
-from evomem.core.retrieval import Candidate, candidates_from_queries, rank_insights
+from evomem.core.retrieval import Candidate, candidates_from_queries, rank_from_queries, rank_insights
 from evomem.pipeline.project import Projector
 from evomem.settings import ALLOWED_OPERATIONS
 from schemas import AddDecision, ControllerDecision, InsightEdit, TaskEvent
@@ -38,11 +38,19 @@ def _full_sets(store: InMemoryGraphStore) -> list[Candidate]:
 
 
 def _from_read_model(index: InMemoryIndex, expanded: frozenset[str]) -> list[Candidate]:
-    """What the retriever does: the evidence of Q̃ˢ, then the active insights it names."""
+    """The evidence of Q̃ˢ, then the active insights it names, as candidates."""
+    supports, harms, active, heirs = _read_model(index, expanded)
+    serving = index.read_insights(NS, active | set(heirs)).values()
+    return candidates_from_queries(supports, harms, serving)
+
+
+def _read_model(index: InMemoryIndex, expanded: frozenset[str]) -> tuple[Any, Any, set[str], Any]:
+    """What the retriever reads: the evidence of Q̃ˢ, then which insights it names are active and
+    which active insights inherit from them."""
     evidence = index.query_evidence(NS, expanded)
     supports = {q: h.supports for q, h in evidence.items()}
-    serving = index.serving_insights(NS, {i for ids in supports.values() for i in ids})
-    return candidates_from_queries(supports, {q: h.harms for q, h in evidence.items()}, serving)
+    active, heirs = index.serving_ids(NS, {i for ids in supports.values() for i in ids})
+    return supports, {q: h.harms for q, h in evidence.items()}, active, heirs
 
 
 @hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -102,6 +110,11 @@ def test_the_query_side_gives_the_candidates_and_scores_of_the_whole_evidence_se
         exact = rank_insights(_full_sets(store), expanded, lam, 10)
         served = rank_insights(_from_read_model(index, expanded), expanded, lam, 10)
         assert served == exact
+        # and what the retriever ranks with: the query-side sums, without a candidate per insight
+        top, _ = rank_from_queries(*_read_model(index, expanded), dict.fromkeys(expanded, 1.0), lam, 10)
+        assert [(r.id, r.score, r.support, r.conflict) for r in top] == [
+            (i.id, i.score, i.support, i.conflict) for i in exact
+        ]
 
 
 def test_a_revision_is_served_through_the_queries_that_supported_the_insight_it_replaced() -> None:

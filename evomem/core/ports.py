@@ -408,9 +408,16 @@ class VectorIndex(Protocol):
         """The evidence of known queries of the namespace (score 0)."""
         ...
 
-    def serving_insights(self, namespace: str, ids: Collection[str]) -> list[ServingInsight]:
-        """Active insights of the namespace whose id, or an id they inherit from, is in ``ids``
-        (Eq. 7's filter: active state and evidence ids)."""
+    def serving_ids(
+        self, namespace: str, ids: Collection[str]
+    ) -> tuple[set[str], dict[str, tuple[str, ...]]]:
+        """Eq. 7's filter (active state and evidence ids) without reading an insight's text: the ids
+        of ``ids`` that are active insights of the namespace, and the active insights that inherit
+        from one of ``ids``, each with the ids it inherits from."""
+        ...
+
+    def read_insights(self, namespace: str, ids: Collection[str]) -> dict[str, ServingInsight]:
+        """The text, version and inheritance of insights of the namespace (missing ones left out)."""
         ...
 
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:

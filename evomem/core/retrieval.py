@@ -154,6 +154,131 @@ def candidates_from_queries(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """A candidate ``rank_from_queries`` serves, before its text and version are read."""
+
+    id: str
+    score: float
+    support: int
+    conflict: int
+    similarity: float
+
+
+def rank_from_queries(
+    supports: Mapping[str, Iterable[str]],
+    harms: Mapping[str, Iterable[str]],
+    active: Collection[str],
+    heirs: Mapping[str, Sequence[str]],
+    weights: Mapping[str, float],
+    lam: float,
+    budget: int,
+    *,
+    scoring: Scoring = "count",
+    power: float = 1.0,
+    relevance: Callable[[Sequence[str]], Mapping[str, float]] | None = None,
+    relevance_power: float = 0.0,
+) -> tuple[list[Ranked], int]:
+    """``rank_insights(candidates_from_queries(...))`` without building a candidate per insight, and
+    (the candidates, how many there were).
+
+    The same Eq. 7-10, summed from the query side in one pass over the evidence of Q̃ˢ, so the work
+    is the number of (query, insight) pairs of Q̃ˢ, and an insight's text is only needed for the few
+    that can still be served. ``active``: the ids named by ``supports`` that are active insights;
+    ``heirs``: the active insights that inherit from a named id, with what they inherit (each such
+    insight is supported by the union of its own supporters and theirs). ``weights`` holds w(q) of
+    every query of Q̃ˢ. ``relevance`` gives, for a batch of ids, each one's text relevance.
+    """
+    # per insight: [s, Σ w^p over Ω⁺ ∩ Q̃ˢ, best w]; a query names an insight at most once
+    pos: dict[str, list[float]] = {}
+    for q, ids in supports.items():
+        w = weights.get(q, 0.0)
+        wp = w**power
+        for i in ids:
+            a = pos.get(i)
+            if a is None:
+                pos[i] = [1.0, wp, w]
+            else:
+                a[0] += 1.0
+                a[1] += wp
+                if w > a[2]:
+                    a[2] = w
+    neg: dict[str, list[float]] = {}
+    for q, ids in harms.items():
+        wp = weights.get(q, 0.0) ** power
+        for i in ids:
+            b = neg.get(i)
+            if b is None:
+                neg[i] = [1.0, wp]
+            else:
+                b[0] += 1.0
+                b[1] += wp
+    if heirs:  # an heir's Ω⁺ ∩ Q̃ˢ is a union of sets: a query supporting it and a source counts once
+        sources = {i for heir, inherited in heirs.items() for i in (heir, *inherited)}
+        supported_by: dict[str, set[str]] = {}
+        for q, ids in supports.items():
+            for i in ids:
+                if i in sources:
+                    supported_by.setdefault(i, set()).add(q)
+        for heir, inherited in heirs.items():
+            by = set(supported_by.get(heir, ()))
+            for source in inherited:
+                by |= supported_by.get(source, set())
+            if by:
+                ws = [weights.get(q, 0.0) for q in by]
+                pos[heir] = [float(len(ws)), sum(w**power for w in ws), max(ws)]
+    serving = set(active).union(heirs)
+    scored: list[tuple[float, float, float, str, float]] = []
+    for i in serving:
+        a = pos.get(i)
+        if a is None:
+            continue
+        s, s_w, sim = a
+        b = neg.get(i)
+        c, c_w = (b[0], b[1]) if b is not None else (0.0, 0.0)
+        r = conflict_penalized_score(s_w, c_w, lam) if scoring == "weighted" else s - lam * c
+        if r > 0:
+            scored.append((-r, -sim, -s, i, c))
+    candidates = sum(1 for i in serving if i in pos)
+    scored.sort()
+    if scoring == "weighted" and relevance is not None and relevance_power > 0.0:
+        scored = _by_relevance_batched(scored, budget, relevance, relevance_power)
+    top = [
+        Ranked(i, -neg_r, int(-neg_s), int(c), -neg_sim) for neg_r, neg_sim, neg_s, i, c in scored[:budget]
+    ]
+    return top, candidates
+
+
+def _by_relevance_batched(
+    scored: list[tuple[float, float, float, str, float]],
+    budget: int,
+    relevance: Callable[[Sequence[str]], Mapping[str, float]],
+    power: float,
+) -> list[tuple[float, float, float, str, float]]:
+    """``_by_relevance`` asking for relevance a batch of ids at a time (one read of their texts)."""
+    out: list[tuple[float, float, float, str, float]] = []
+    best: list[float] = []
+    n = 0
+    batch = max(2 * budget, 8)
+    while n < len(scored):
+        chunk = scored[n : n + batch]
+        rel = relevance([item[3] for item in chunk])
+        for neg_r, neg_sim, neg_s, ident, c in chunk:
+            if len(best) >= budget and -neg_r < best[0]:
+                out.sort()
+                return out[:budget]
+            r = -neg_r * max(rel.get(ident, 0.0), RELEVANCE_FLOOR) ** power
+            out.append((-r, neg_sim, neg_s, ident, c))
+            if len(best) < budget:
+                heapq.heappush(best, r)
+            elif r > best[0]:
+                heapq.heapreplace(best, r)
+        n += batch
+        batch *= 2
+    out.sort()
+    return out[:budget]
+
+
 def support(candidate: Candidate, expanded: Collection[str]) -> int:
     """s = |Ω⁺ ∩ Q̃ˢ| (Eq. 9)."""
     return _overlap(candidate.positive, expanded)

@@ -12,18 +12,17 @@ import threading
 import uuid
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from evomem.core.hashing import word_features
 from evomem.core.ports import Embedder, GraphStore, QueryHit, RetrievalRecord, VectorIndex
 from evomem.core.retrieval import (
-    Candidate,
     ScoredInsight,
-    candidates_from_queries,
+    ServingInsight,
     expand_neighbours,
-    rank_insights,
+    rank_from_queries,
     text_relevance,
     with_queries,
 )
@@ -122,20 +121,29 @@ class Retriever:
         with stage("candidates"):
             supports = {q: h.supports for q, h in evidence.items()}
             named = {i for ids in supports.values() for i in ids}
-            serving = self.index.serving_insights(namespace, named)  # Eq. 7: active, supported in Q̃ˢ
-            candidates = candidates_from_queries(supports, {q: h.harms for q, h in evidence.items()}, serving)
+            active, heirs = self.index.serving_ids(namespace, named)  # Eq. 7: active, supported in Q̃ˢ
         with stage("rank"):
-            ranked = rank_insights(
-                candidates,
-                expansion.expanded,
+            texts: dict[str, ServingInsight] = {}
+            top, candidates = rank_from_queries(
+                supports,
+                {q: h.harms for q, h in evidence.items()},
+                active,
+                heirs,
+                expansion.weights,
                 s.lambda_,
                 budget or s.budget,
-                weights=expansion.weights,
                 scoring=s.scoring,
                 power=s.similarity_power,
-                relevance=self._relevance(query) if s.relevance_power > 0 else None,
+                relevance=self._relevance(query, namespace, texts) if s.relevance_power > 0 else None,
                 relevance_power=s.relevance_power,
             )  # Eq. 8-10
+            wanted = [r.id for r in top if r.id not in texts]
+            texts.update(self.index.read_insights(namespace, wanted) if wanted else {})
+            ranked = [
+                ScoredInsight(r.id, ins.text, r.score, r.support, r.conflict, ins.version, r.similarity)
+                for r in top
+                if (ins := texts.get(r.id)) is not None  # gone since: not served
+            ]
         retrieval = Retrieval(
             str(uuid.uuid4()),
             namespace,
@@ -143,7 +151,7 @@ class Retriever:
             tuple(ranked),
             expansion.similar,
             len(expansion.expanded),
-            len(candidates),
+            candidates,
         )
         if record:
             # off the agent's path: the record is only read when the report is consolidated, and
@@ -166,23 +174,37 @@ class Retriever:
             future.add_done_callback(self._pending.discard)
         return retrieval
 
-    def _relevance(self, query: str) -> Callable[[Candidate], float]:
+    def _relevance(
+        self, query: str, namespace: str, texts: dict[str, ServingInsight]
+    ) -> Callable[[Sequence[str]], dict[str, float]]:
         """How much each candidate's text is about the task: the cosine of their word 1-2-gram sets
-        (``text_relevance``). An insight's text never changes, so its set is kept by id."""
+        (``text_relevance``). An insight's text never changes, so its set is kept by id; the texts
+        not kept yet are read in one batch, and left in ``texts`` for serving."""
         task = word_features(query)
         cache = self._text_features
 
-        def rel(c: Candidate) -> float:
-            words = cache.get(c.id)
-            if words is None:
-                words = array("I", word_features(c.text))  # distinct, 4 bytes each
-                with self._text_lock:  # retrievals may run on several threads (the HTTP service)
-                    if len(cache) >= TEXT_FEATURES_CACHED:
-                        # the oldest entry, in O(1): deleting a plain dict's first key leaves a hole
-                        # that every later ``next(iter(...))`` walks past (7.6 µs at 65,536 entries)
-                        cache.popitem(last=False)
-                    cache[c.id] = words
-            return text_relevance(task, words)
+        def rel(ids: Sequence[str]) -> dict[str, float]:
+            out: dict[str, float] = {}
+            missing = []
+            for i in ids:
+                words = cache.get(i)
+                if words is None:
+                    missing.append(i)
+                else:
+                    out[i] = text_relevance(task, words)
+            if missing:
+                read = self.index.read_insights(namespace, missing)
+                texts.update(read)
+                for i, ins in read.items():
+                    words = array("I", word_features(ins.text))  # distinct, 4 bytes each
+                    with self._text_lock:  # retrievals may run on several threads (the HTTP service)
+                        if len(cache) >= TEXT_FEATURES_CACHED:
+                            # the oldest entry, in O(1): deleting a plain dict's first key leaves a hole
+                            # that every later ``next(iter(...))`` walks past (7.6 µs at 65,536 entries)
+                            cache.popitem(last=False)
+                        cache[i] = words
+                    out[i] = text_relevance(task, words)
+            return out
 
         return rel
 

@@ -139,19 +139,30 @@ class InMemoryIndex:
             found = [self._queries.get((namespace, q)) for q in ids]
         return {p.id: QueryHit(p.id, 0.0, p.supports, p.harms) for p, _ in filter(None, found)}
 
-    def serving_insights(self, namespace: str, ids: Collection[str]) -> list[ServingInsight]:
+    def serving_ids(
+        self, namespace: str, ids: Collection[str]
+    ) -> tuple[set[str], dict[str, tuple[str, ...]]]:
         wanted = set(ids)
         if not wanted:
-            return []
+            return set(), {}
+        active: set[str] = set()
+        heirs: dict[str, tuple[str, ...]] = {}
         with self._lock:
-            found = [
-                n
-                for (ns, i), (n, _) in self._insights.items()
-                if ns == namespace
-                and n.state == "active"
-                and (i in wanted or not wanted.isdisjoint(n.inherits))
-            ]
-        return [ServingInsight(n.id, n.text, n.version, n.inherits) for n in found]
+            for (ns, i), (n, _) in self._insights.items():
+                if ns != namespace or n.state != "active":
+                    continue
+                if i in wanted:
+                    active.add(i)
+                if not wanted.isdisjoint(n.inherits):
+                    heirs[i] = tuple(n.inherits)
+        return active, heirs
+
+    def read_insights(self, namespace: str, ids: Collection[str]) -> dict[str, ServingInsight]:
+        with self._lock:
+            found = [self._insights.get((namespace, i)) for i in ids]
+        return {
+            n.id: ServingInsight(n.id, n.text, n.version, tuple(n.inherits)) for n, _ in filter(None, found)
+        }
 
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
         if not vector:

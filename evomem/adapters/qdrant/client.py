@@ -400,14 +400,18 @@ class ClientIndex:
         payloads = [r.payload or {} for r in records]
         return {p["id"]: hit_from_payload(p) for p in payloads if p.get("namespace") == namespace}
 
-    def serving_insights(self, namespace: str, ids: Collection[str]) -> list[ServingInsight]:
+    def serving_ids(
+        self, namespace: str, ids: Collection[str]
+    ) -> tuple[set[str], dict[str, tuple[str, ...]]]:
         if not ids:
-            return []
+            return set(), {}
         wanted = sorted(ids)
+        named = set(wanted)
+        by_point = {point_id(i): i for i in wanted}
         flt = models.Filter(
             must=[self._match("namespace", namespace), self._match("state", "active")],
             should=[
-                models.HasIdCondition(has_id=[point_id(i) for i in wanted]),
+                models.HasIdCondition(has_id=list(by_point)),
                 models.FieldCondition(key="inherits", match=models.MatchAny(any=wanted)),
             ],
         )
@@ -416,10 +420,32 @@ class ClientIndex:
                 keys.INSIGHT_COLLECTION,
                 scroll_filter=flt,
                 limit=2 * len(wanted) + 16,
-                with_payload=["id", "text", "version", "inherits"],
+                with_payload=["id", "inherits"],  # not the text: only the few served need it
                 with_vectors=False,
             )
-        return [serving_from_payload(r.payload or {}) for r in records]
+        active: set[str] = set()
+        heirs: dict[str, tuple[str, ...]] = {}
+        for r in records:
+            p = r.payload or {}
+            inherits = tuple(p.get("inherits") or ())
+            if str(r.id) in by_point:
+                active.add(p["id"])
+            if not named.isdisjoint(inherits):
+                heirs[p["id"]] = inherits
+        return active, heirs
+
+    def read_insights(self, namespace: str, ids: Collection[str]) -> dict[str, ServingInsight]:
+        if not ids:
+            return {}
+        with self._boundary("reading insights"):
+            records = self.client.retrieve(
+                keys.INSIGHT_COLLECTION,
+                [point_id(i) for i in ids],
+                with_payload=["id", "namespace", "text", "version", "inherits"],
+                with_vectors=False,
+            )
+        payloads = [r.payload or {} for r in records]
+        return {p["id"]: serving_from_payload(p) for p in payloads if p.get("namespace") == namespace}
 
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
         hits = self._nearest(

@@ -1,0 +1,145 @@
+"""The retrieval path ranks with ``rank_from_queries``: Eq. 7-10 summed from the query side, without
+a candidate object per insight and with texts read only for the few that can be served. It must
+serve exactly what the reference, ``rank_insights(candidates_from_queries(...))``, serves — the
+functions the equation tests check against the paper — on any evidence, inheritance, weights,
+scoring, λ, budget and text relevance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from evomem.core.retrieval import (
+    ServingInsight,
+    candidates_from_queries,
+    rank_from_queries,
+    rank_insights,
+)
+
+QUERIES = [f"q{n}" for n in range(8)]
+INSIGHTS = [f"i{n}" for n in range(10)]
+# weights on a coarse grid, so that exact ties (on r, on similarity, on support) are common
+WEIGHT = st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0])
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> dict[str, object]:
+    queries = draw(st.lists(st.sampled_from(QUERIES), min_size=1, max_size=8, unique=True))
+    weights = {q: draw(WEIGHT) for q in queries}
+    supports = {q: tuple(draw(st.lists(st.sampled_from(INSIGHTS), max_size=5, unique=True))) for q in queries}
+    harms = {q: tuple(draw(st.lists(st.sampled_from(INSIGHTS), max_size=3, unique=True))) for q in queries}
+    named = {i for ids in supports.values() for i in ids}
+    active = {i for i in named if draw(st.booleans())}
+    heirs: dict[str, tuple[str, ...]] = {}
+    for heir in draw(st.lists(st.sampled_from(INSIGHTS), max_size=3, unique=True)):
+        inherited = tuple(draw(st.lists(st.sampled_from(INSIGHTS), min_size=1, max_size=3, unique=True)))
+        if heir not in inherited and not named.isdisjoint(inherited):
+            heirs[heir] = inherited
+    relevance = {i: draw(st.sampled_from([0.0, 0.1, 0.5, 1.0])) for i in INSIGHTS}
+    return {
+        "weights": weights,
+        "supports": supports,
+        "harms": harms,
+        "active": active,
+        "heirs": heirs,
+        "relevance": relevance,
+        "lam": draw(st.sampled_from([0.0, 0.5, 1.0, 2.0])),
+        "budget": draw(st.integers(1, 5)),
+        "scoring": draw(st.sampled_from(["weighted", "count"])),
+        "power": draw(st.sampled_from([1.0, 3.0])),
+        "relevance_power": draw(st.sampled_from([0.0, 1.0, 2.0])),
+    }
+
+
+def reference(w: Mapping[str, object]) -> list[tuple[str, float, int, int, float]]:
+    supports: Mapping[str, Sequence[str]] = w["supports"]  # type: ignore[assignment]
+    active: set[str] = w["active"]  # type: ignore[assignment]
+    heirs: Mapping[str, tuple[str, ...]] = w["heirs"]  # type: ignore[assignment]
+    rel: Mapping[str, float] = w["relevance"]  # type: ignore[assignment]
+    weights: Mapping[str, float] = w["weights"]  # type: ignore[assignment]
+    # what the index serves: each active named insight and each active heir, with what it inherits
+    serving = [ServingInsight(i, f"text {i}", 0, heirs.get(i, ())) for i in sorted(active | set(heirs))]
+    candidates = candidates_from_queries(supports, w["harms"], serving)  # type: ignore[arg-type]
+    ranked = rank_insights(
+        candidates,
+        set(weights),
+        w["lam"],  # type: ignore[arg-type]
+        w["budget"],  # type: ignore[arg-type]
+        weights=weights,
+        scoring=w["scoring"],  # type: ignore[arg-type]
+        power=w["power"],  # type: ignore[arg-type]
+        relevance=lambda c: rel[c.id],
+        relevance_power=w["relevance_power"],  # type: ignore[arg-type]
+    )
+    return [(i.id, i.score, i.support, i.conflict, i.similarity) for i in ranked]
+
+
+def fast(w: Mapping[str, object]) -> tuple[list[tuple[str, float, int, int, float]], int, list[str]]:
+    rel: Mapping[str, float] = w["relevance"]  # type: ignore[assignment]
+    asked: list[str] = []
+
+    def relevance(ids: Sequence[str]) -> dict[str, float]:
+        asked.extend(ids)
+        return {i: rel[i] for i in ids}
+
+    top, n = rank_from_queries(
+        w["supports"],  # type: ignore[arg-type]
+        w["harms"],  # type: ignore[arg-type]
+        w["active"],  # type: ignore[arg-type]
+        w["heirs"],  # type: ignore[arg-type]
+        w["weights"],  # type: ignore[arg-type]
+        w["lam"],  # type: ignore[arg-type]
+        w["budget"],  # type: ignore[arg-type]
+        scoring=w["scoring"],  # type: ignore[arg-type]
+        power=w["power"],  # type: ignore[arg-type]
+        relevance=relevance,
+        relevance_power=w["relevance_power"],  # type: ignore[arg-type]
+    )
+    return [(r.id, r.score, r.support, r.conflict, r.similarity) for r in top], n, asked
+
+
+@hsettings(max_examples=400, deadline=None)
+@given(worlds())
+def test_the_query_side_ranking_serves_what_the_reference_serves(w: dict[str, object]) -> None:
+    expected = reference(w)
+    got, n, _ = fast(w)
+    assert [g[0] for g in got] == [e[0] for e in expected]
+    for g, e in zip(got, expected, strict=True):
+        assert g[1] == pytest.approx(e[1], rel=1e-12, abs=1e-12)
+        assert g[2:4] == e[2:4]
+        assert g[4] == pytest.approx(e[4])
+    serving = [ServingInsight(i, "", 0, w["heirs"].get(i, ())) for i in w["active"] | set(w["heirs"])]  # type: ignore[attr-defined, operator]
+    assert n == len(candidates_from_queries(w["supports"], w["harms"], serving))  # type: ignore[arg-type]
+
+
+def test_relevance_is_asked_for_the_few_that_can_still_be_served() -> None:
+    """Forty candidates in descending support, all fully relevant: the top two are settled by the
+    third, so no text beyond the first batch is read."""
+    supports = {f"q{n}": tuple(f"i{m}" for m in range(n, 40)) for n in range(40)}
+    weights = dict.fromkeys(supports, 1.0)
+    active = {f"i{m}" for m in range(40)}
+    asked: list[str] = []
+
+    def relevance(ids: Sequence[str]) -> dict[str, float]:
+        asked.extend(ids)
+        return dict.fromkeys(ids, 1.0)
+
+    top, n = rank_from_queries(
+        supports,
+        {},
+        active,
+        {},
+        weights,
+        1.0,
+        2,
+        scoring="weighted",
+        relevance=relevance,
+        relevance_power=1.0,
+    )
+    assert [r.id for r in top] == ["i39", "i38"] and n == 40
+    assert 0 < len(asked) <= 8
