@@ -7,6 +7,9 @@ Evidence is read from the query side: each query of Q̃ˢ knows the insights it 
 and an insight that revised or absorbed others is supported by whatever supported them
 (``inherits``). ``candidates_from_queries`` turns that into the candidates of Eq. 7 carrying
 Ω⁺ ∩ Q̃ˢ and Ω⁻ ∩ Q̃ˢ, which is all Eq. 8-9 look at, so the work grows with |Q̃ˢ|, never with |Ω⁺|.
+``rank_insights`` over those candidates is the reference the equation tests hold to the paper;
+retrieval ranks with ``rank_from_queries``, the same Eq. 7-10 summed from the query side in one pass,
+without a candidate object per insight and with texts only for the insights that can be served.
 
 Two scorings. ``count`` is Eq. 8-9 exactly: s = |Ω⁺ ∩ Q̃ˢ|, c = |Ω⁻ ∩ Q̃ˢ|. ``weighted`` counts each
 query by its similarity w(q) to the current one (Eq. 2's cosine; a neighbour reached through the
@@ -401,6 +404,7 @@ def _overlap(evidence: Collection[str], expanded: Collection[str]) -> int:
 __all__ = [
     "Candidate",
     "Expansion",
+    "Ranked",
     "ScoredInsight",
     "Scoring",
     "ServingInsight",
@@ -408,6 +412,7 @@ __all__ = [
     "conflict",
     "conflict_penalized_score",
     "expand_neighbours",
+    "rank_from_queries",
     "rank_insights",
     "support",
     "with_queries",

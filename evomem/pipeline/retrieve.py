@@ -2,8 +2,10 @@
 
 No LLM and no write on this path except the small retrieval record a later report refers to. Its
 reads are proportional to |Q̃ˢ|: the similar queries come back from the index with the evidence they
-carry, the neighbours' evidence in one more read, and the candidates in one filtered read of the
-insights those name (active ones only), however much evidence each insight has gathered.
+carry, the neighbours' evidence in one more read, then which of the insights those name are active
+(one read of the payload indexes, no payload), however much evidence each insight has gathered.
+Ranking sums Eq. 8-9 from the query side (``rank_from_queries``), and only the insights that can
+still be served have their text read (for their relevance to the task, and to serve them).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class Retrieval:
     similar: tuple[str, ...]
     expanded: int
     candidates: int = 0
-    """|Eq. 7's candidates|: the active insights Q̃ˢ supports, which were read to rank."""
+    """|Eq. 7's candidates|: the active insights Q̃ˢ supports, which were ranked."""
 
     def render(self, header: str = "Insights from similar past tasks (most reliable first):") -> str:
         """A block to put in the agent's prompt; empty when there is nothing to serve."""
