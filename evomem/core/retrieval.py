@@ -24,7 +24,7 @@ import heapq
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Scoring = Literal["weighted", "count"]
 
@@ -245,41 +245,19 @@ def rank_from_queries(
     candidates = sum(1 for i in serving if i in pos)
     scored.sort()
     if scoring == "weighted" and relevance is not None and relevance_power > 0.0:
-        scored = _by_relevance_batched(scored, budget, relevance, relevance_power)
+        ask = relevance
+        scored = _by_relevance(
+            scored,
+            budget,
+            lambda items: ask([item[3] for item in items]),  # one read of their texts a batch
+            relevance_power,
+            batch=max(2 * budget, 8),
+            grow=2,
+        )
     top = [
         Ranked(i, -neg_r, int(-neg_s), int(c), -neg_sim) for neg_r, neg_sim, neg_s, i, c in scored[:budget]
     ]
     return top, candidates
-
-
-def _by_relevance_batched(
-    scored: list[tuple[float, float, float, str, float]],
-    budget: int,
-    relevance: Callable[[Sequence[str]], Mapping[str, float]],
-    power: float,
-) -> list[tuple[float, float, float, str, float]]:
-    """``_by_relevance`` asking for relevance a batch of ids at a time (one read of their texts)."""
-    out: list[tuple[float, float, float, str, float]] = []
-    best: list[float] = []
-    n = 0
-    batch = max(2 * budget, 8)
-    while n < len(scored):
-        chunk = scored[n : n + batch]
-        rel = relevance([item[3] for item in chunk])
-        for neg_r, neg_sim, neg_s, ident, c in chunk:
-            if len(best) >= budget and -neg_r < best[0]:
-                out.sort()
-                return out[:budget]
-            r = -neg_r * max(rel.get(ident, 0.0), RELEVANCE_FLOOR) ** power
-            out.append((-r, neg_sim, neg_s, ident, c))
-            if len(best) < budget:
-                heapq.heappush(best, r)
-            elif r > best[0]:
-                heapq.heapreplace(best, r)
-        n += batch
-        batch *= 2
-    out.sort()
-    return out[:budget]
 
 
 def support(candidate: Candidate, expanded: Collection[str]) -> int:
@@ -350,7 +328,10 @@ def rank_insights(
             scored.append((-r, -sim, -s, cand.id, n, c, cand))
     scored.sort()
     if scoring == "weighted" and relevance is not None and relevance_power > 0.0:
-        scored = _by_relevance(scored, budget, relevance, relevance_power)
+        rel_of = relevance
+        scored = _by_relevance(
+            scored, budget, lambda items: {item[3]: rel_of(item[6]) for item in items}, relevance_power
+        )
     return [
         ScoredInsight(cand.id, cand.text, -neg_r, -neg_s, c, cand.version, -neg_sim)
         for neg_r, neg_sim, neg_s, _, _, c, cand in scored[:budget]
@@ -360,26 +341,42 @@ def rank_insights(
 #: The least text relevance an insight is ranked with: a generic insight is discounted, never dropped.
 RELEVANCE_FLOOR = 0.02
 
-_Scored = tuple[float, float, int, str, int, int, Candidate]
-
 
 def _by_relevance(
-    scored: list[_Scored], budget: int, relevance: Callable[[Candidate], float], power: float
-) -> list[_Scored]:
-    """The top B after multiplying each score r by max(relevance, floor)^power. That factor is at
-    most 1, so in descending r, once r falls below the B-th best product no later candidate can
-    reach the top B: relevance is computed for the few candidates that can still be served."""
-    out: list[_Scored] = []
+    scored: Sequence[tuple[Any, ...]],
+    budget: int,
+    relevance: Callable[[Sequence[tuple[Any, ...]]], Mapping[str, float]],
+    power: float,
+    *,
+    batch: int = 1,
+    grow: int = 1,
+) -> list[tuple[Any, ...]]:
+    """The top B after multiplying each score r by max(relevance, floor)^power. ``scored``: tuples
+    (−r, ..., id at [3], ...) in ascending order (descending r). The factor is at most 1, so once r
+    falls below the B-th best product no later candidate can reach the top B: relevance is asked
+    for the few candidates that can still be served, ``batch`` of them at a time (the batch
+    multiplied by ``grow`` each time; 1 and 1: one at a time, never one past the stop)."""
+    out: list[tuple[Any, ...]] = []
     best: list[float] = []  # the B best products so far, a min-heap: best[0] is the B-th
-    for neg_r, neg_sim, neg_s, ident, n, c, cand in scored:  # sorted by descending r
-        if len(best) >= budget and -neg_r < best[0]:
+    n = 0
+    while n < len(scored):
+        chunk = scored[n : n + batch]
+        if len(best) >= budget and -chunk[0][0] < best[0]:
             break
-        r = -neg_r * max(relevance(cand), RELEVANCE_FLOOR) ** power
-        out.append((-r, neg_sim, neg_s, ident, n, c, cand))
-        if len(best) < budget:
-            heapq.heappush(best, r)
-        elif r > best[0]:
-            heapq.heapreplace(best, r)
+        rel = relevance(chunk)
+        for item in chunk:
+            if len(best) >= budget and -item[0] < best[0]:
+                n = len(scored)  # nothing after it can reach the top B
+                break
+            r = -item[0] * max(rel.get(item[3], 0.0), RELEVANCE_FLOOR) ** power
+            out.append((-r, *item[1:]))
+            if len(best) < budget:
+                heapq.heappush(best, r)
+            elif r > best[0]:
+                heapq.heapreplace(best, r)
+        else:
+            n += len(chunk)
+            batch *= grow
     out.sort()
     return out[:budget]
 

@@ -139,8 +139,7 @@ class Retriever:
                 relevance=self._relevance(query, namespace, texts) if s.relevance_power > 0 else None,
                 relevance_power=s.relevance_power,
             )  # Eq. 8-10
-            wanted = [r.id for r in top if r.id not in texts]
-            texts.update(self.index.read_insights(namespace, wanted) if wanted else {})
+            texts.update(self.index.read_insights(namespace, [r.id for r in top if r.id not in texts]))
             ranked = [
                 ScoredInsight(r.id, ins.text, r.score, r.support, r.conflict, ins.version, r.similarity)
                 for r in top
