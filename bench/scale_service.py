@@ -15,6 +15,7 @@ from typing import Any
 from bench import common
 from evomem import Memory
 from evomem.adapters.redis.connection import EmbeddedRedis
+from evomem.core.hashing import word_features
 from evomem.core.retrieval import (
     ServingInsight,
     candidates_from_queries,
@@ -48,7 +49,9 @@ def exact_recall(mem: Memory, tasks: Sequence[Task]) -> dict[str, Any]:
             [h.id for h in hits], functools.partial(graph.neighbours, ns), s.hops, [h.score for h in hits]
         )
         if s.evidence_search:
-            more = r.index.search_evidence(vector, ns, s.evidence_search, s.top_k, [h.id for h in hits])
+            about = r.about_vector(vector, word_features(text))
+            found = [h.id for h in hits]
+            more = r.index.search_evidence(vector, ns, s.evidence_search, s.top_k, found, about)
             expansion = with_queries(expansion, {h.id: h.score for h in more})
         points = graph.query_points([(ns, q) for q in expansion.expanded])
         supports = {q: p.supports for (_, q), p in points.items()}

@@ -97,8 +97,9 @@ class Settings(BaseSettings):
         8,
         ge=0,
         le=100,
-        description="insights nearest to the task's text whose evidence a retrieval also searches: the "
-        "k past queries most similar to the task among their evidence join Eq. 2's; 0: Eq. 2 alone",
+        description="insights nearest to the task's text (hashing embedder: its word 1-2-grams) whose "
+        "evidence a retrieval also searches: the k past queries most similar to the task among their "
+        "evidence join Eq. 2's; 0: Eq. 2 alone",
     )
     archived_repeats: ArchivedRepeats = Field(
         "evidence",

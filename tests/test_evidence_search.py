@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from evomem import Memory, Settings
+from evomem.core.hashing import HashingEmbedder, word_features, word_part
 
 NS = "wiki"
 TEMPLATE = "Write a short guide to {} for the team wiki, {}"
@@ -79,3 +80,22 @@ def test_the_insight_about_the_task_is_served_when_look_alikes_fill_eq2(
     # the query graph links the task to Eq. 2's similar queries alone, the evidence search on or off:
     # the lesson's query was found through the lesson, not through the task
     assert linked == eq2 and len(eq2) == 3, (linked, eq2)
+
+
+def test_the_evidence_search_finds_insights_by_the_task_words_alone(tmp_path: Path, redis_url: str) -> None:
+    """With the hashing embedder the insights are found by the task's word 1-2-grams, the measure
+    text relevance ranks by: an insight that shares only character n-grams with the task (other
+    forms of its words) is not one the task is about; with a dense embedder the whole vector."""
+    embedder = HashingEmbedder()
+    task = "explain the retry budget"
+    vector = embedder.embed([task])[0]
+    words = word_features(task)
+    part = word_part(vector, words)
+    assert part and set(part) == words and all(part[d] == vector[d] for d in part)
+    assert len(part) < len(vector)  # the character n-grams are left out
+    shares_ngrams_only = embedder.embed(["explaining retries budgets"])[0]
+    assert sum(shares_ngrams_only.get(d, 0.0) * w for d, w in vector.items()) > 0.3
+    assert not set(shares_ngrams_only) & set(part)
+    with Memory.open(Settings(data_dir=tmp_path / "data", redis_url=redis_url, controller="rules")) as memory:
+        assert memory.retriever.about_vector(vector, words) == part
+        assert memory.retriever.about_vector([0.6, 0.8], words) is None

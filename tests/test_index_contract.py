@@ -279,6 +279,22 @@ def test_search_evidence_ranks_the_evidence_of_the_insights_nearest_to_the_task(
     assert index.search_evidence(DISJOINT, "elsewhere", 3, 5) == []
 
 
+def test_the_evidence_search_finds_insights_by_about_and_ranks_queries_by_the_task(
+    index: VectorIndex,
+) -> None:
+    """``about`` (the retriever's word 1-2-grams of the task) picks the insights whose evidence is
+    searched; the task's own vector still ranks and scores that evidence."""
+    words = {7: 1.0}
+    index.write_insights([(insight("by-words"), words), (insight("by-task"), NEAR)])
+    index.write_queries(
+        [(query("q-words", supports=("by-words",)), MID), (query("q-task", supports=("by-task",)), NEAR)]
+    )
+    assert ids(index.search_evidence(PROBE, "ns", 1, 5)) == ["q-task"]
+    hits = index.search_evidence(PROBE, "ns", 1, 5, about=words)
+    assert ids(hits) == ["q-words"]
+    assert hits[0].score == pytest.approx(0.8, abs=1e-4)  # its cosine to the task, not to ``about``
+
+
 @pytest.mark.parametrize("order", [("i-a", "i-b", "i-c"), ("i-c", "i-b", "i-a")])
 def test_insights_that_score_alike_are_cut_by_id_in_the_evidence_search(
     index: VectorIndex, order: tuple[str, ...]

@@ -63,6 +63,14 @@ def word_features(text: str) -> set[int]:
     return out
 
 
+def word_part(vector: SparseVec, words: set[int]) -> SparseVec:
+    """The entries of a hashing embedding that are word 1-2-grams (``words``: its text's
+    ``word_features``), without the character n-grams. Searching by it finds what shares the text's
+    words, through posting lists far shorter than the n-grams' (every word of a templated task
+    shares its n-grams with many others)."""
+    return {d: w for d, w in vector.items() if d in words}
+
+
 class HashingEmbedder:
     """Deterministic sparse feature hashing; no model, no network, tens of microseconds a text."""
 
@@ -115,4 +123,4 @@ class HashingEmbedder:
         return [self.embed_one(t) for t in texts]
 
 
-__all__ = ["DenseVec", "HashingEmbedder", "SparseVec", "word_features"]
+__all__ = ["DenseVec", "HashingEmbedder", "SparseVec", "word_features", "word_part"]

@@ -396,12 +396,18 @@ class VectorIndex(Protocol):
         ...
 
     def search_evidence(
-        self, vector: Vector, namespace: str, insights: int, k: int, exclude: Collection[str] = ()
+        self,
+        vector: Vector,
+        namespace: str,
+        insights: int,
+        k: int,
+        exclude: Collection[str] = (),
+        about: Vector | None = None,
     ) -> list[QueryHit]:
-        """The top-k past queries of the namespace by similarity, among those that are evidence
-        (support or harm) of one of the ``insights`` active insights whose text is nearest to the
-        vector, or of an insight one of them inherits from, leaving out the ``exclude`` ids (those
-        Eq. 2 found already); scored as ``search_queries`` scores."""
+        """The top-k past queries of the namespace by similarity to ``vector``, among those that are
+        evidence (support or harm) of one of the ``insights`` active insights whose text is nearest
+        to ``about`` (default: ``vector``), or of an insight one of them inherits from, leaving out
+        the ``exclude`` ids (those Eq. 2 found already); scored as ``search_queries`` scores."""
         ...
 
     def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:

@@ -88,20 +88,26 @@ class InMemoryIndex:
         return self._search_queries(vector, namespace, k)
 
     def search_evidence(
-        self, vector: Vector, namespace: str, insights: int, k: int, exclude: Collection[str] = ()
+        self,
+        vector: Vector,
+        namespace: str,
+        insights: int,
+        k: int,
+        exclude: Collection[str] = (),
+        about: Vector | None = None,
     ) -> list[QueryHit]:
-        about = {i for i, _ in self.search_insights(vector, namespace, insights)}
+        near = {i for i, _ in self.search_insights(vector if about is None else about, namespace, insights)}
         with self._lock:
-            for i in list(about):
-                about.update(self._insights[(namespace, i)][0].inherits)
-        if not about:
+            for i in list(near):
+                near.update(self._insights[(namespace, i)][0].inherits)
+        if not near:
             return []
         skip = set(exclude)
         return self._search_queries(
             vector,
             namespace,
             k,
-            lambda q: q.id not in skip and not (about.isdisjoint(q.supports) and about.isdisjoint(q.harms)),
+            lambda q: q.id not in skip and not (near.isdisjoint(q.supports) and near.isdisjoint(q.harms)),
         )
 
     def _search_queries(

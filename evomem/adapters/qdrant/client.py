@@ -326,19 +326,25 @@ class ClientIndex:
         return self._search_queries(vector, namespace, k)
 
     def search_evidence(
-        self, vector: Vector, namespace: str, insights: int, k: int, exclude: Collection[str] = ()
+        self,
+        vector: Vector,
+        namespace: str,
+        insights: int,
+        k: int,
+        exclude: Collection[str] = (),
+        about: Vector | None = None,
     ) -> list[QueryHit]:
         conditions = [self._match("namespace", namespace), self._match("state", "active")]
-        probe = namespaced(vector, namespace)
-        about = top_k_deterministic(  # ties cut by id, as every replica cuts them
+        by_text = namespaced(vector if about is None else about, namespace)
+        nearest = top_k_deterministic(  # ties cut by id, as every replica cuts them
             lambda limit: self._nearest(
-                keys.INSIGHT_COLLECTION, probe, conditions, limit, ["id", "inherits"]
+                keys.INSIGHT_COLLECTION, by_text, conditions, limit, ["id", "inherits"]
             ),
             insights,
             lambda h: float(h.score),
             lambda h: str((h.payload or {}).get("id", "")),
         )
-        ids = named_with_heirs([h.payload or {} for h in about])
+        ids = named_with_heirs([h.payload or {} for h in nearest])
         if not ids:
             return []
         evidence = [

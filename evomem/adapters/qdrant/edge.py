@@ -261,18 +261,25 @@ class EdgeIndex:
         return qe.FieldCondition(field, match=qe.MatchValue(value))
 
     def search_evidence(
-        self, vector: Vector, namespace: str, insights: int, k: int, exclude: Collection[str] = ()
+        self,
+        vector: Vector,
+        namespace: str,
+        insights: int,
+        k: int,
+        exclude: Collection[str] = (),
+        about: Vector | None = None,
     ) -> list[QueryHit]:
         active = [self._match("namespace", namespace), self._match("state", "active")]
         probe = namespaced(vector, namespace)
-        about = top_k_deterministic(  # ties cut by id, as every replica cuts them
-            lambda limit: self._nearest(self.insights, probe, active, limit, ["id", "inherits"]),
+        by_text = namespaced(about, namespace) if about is not None else probe
+        nearest = top_k_deterministic(  # ties cut by id, as every replica cuts them
+            lambda limit: self._nearest(self.insights, by_text, active, limit, ["id", "inherits"]),
             insights,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
             first=2 * insights + 8,  # insights of templated texts often tie, as queries do
         )
-        ids = named_with_heirs([h.payload for h in about if h.score > 0])
+        ids = named_with_heirs([h.payload for h in nearest if h.score > 0])
         if not ids:
             return []
         evidence = [
