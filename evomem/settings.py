@@ -87,7 +87,7 @@ class Settings(BaseSettings):
         3.0, ge=1.0, le=8.0, description="weighted scoring counts a query by its similarity to this power"
     )
     relevance_power: float = Field(
-        1.0,
+        2.0,
         ge=0.0,
         le=4.0,
         description="weighted scoring multiplies a score by how much the insight's text is about the task, "

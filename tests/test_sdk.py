@@ -133,9 +133,10 @@ def test_verdicts_keep_revise_and_the_revised_text_is_stored_verbatim(memory: Me
     a = add_insight(memory, "Trucks have four wheels.")
     r = memory.retrieve(TASK, namespace=NS)
     # the same text again: weighted by a similarity of 1, the score is the count of Eq. 8 times how
-    # much the insight's text is about the task
-    about = max(
-        text_relevance(word_features(TASK), word_features("Trucks have four wheels.")), RELEVANCE_FLOOR
+    # much the insight's text is about the task, to RELEVANCE_POWER
+    about = (
+        max(text_relevance(word_features(TASK), word_features("Trucks have four wheels.")), RELEVANCE_FLOOR)
+        ** Settings().relevance_power
     )
     assert [(i.id, i.support, i.conflict, i.score) for i in r.insights] == [
         (a, 1, 0, pytest.approx(about, abs=1e-4))
