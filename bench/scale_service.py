@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -145,6 +147,9 @@ def service_point(
         with service_process(["-m", "evomem.cli", "serve"], env) as service:
             start_s = time.perf_counter() - t0
             memory_started = process_memory_mb(service.proc.pid)
+            cache = wait_warm(service.host, service.port)
+            warm_s = time.perf_counter() - t0 - start_s
+            memory_warm = process_memory_mb(service.proc.pid)
             raw = drive(service.host, service.port, tasks, warmup)
             memory = process_memory_mb(service.proc.pid)
         replicas = prepare_replicas(settings.model_copy(update={"redis_url": url}), 2)
@@ -154,6 +159,11 @@ def service_point(
         "requests": len(raw["latencies_ns"]),
         "errors": sum(n for st, n in raw["statuses"].items() if int(st) != 200),
         "memory_mb_started": memory_started,
+        # the word-set cache warmed in the background after it listens (EVOMEM_TEXT_CACHE_WARM);
+        # the requests are sent once it has: waited for ``warm_wait_s``
+        "warm_wait_s": round(warm_s, 3),
+        "text_cache": cache,
+        "memory_mb_warm": memory_warm,
         "memory_mb": memory,
         "replica_copy_s": replicas.get("copy_s"),
         "replica_first_open_s": replicas.get("first_catch_up_s"),
@@ -161,8 +171,19 @@ def service_point(
     }
 
 
+def wait_warm(host: str, port: int, timeout_s: float = 1800) -> dict[str, Any]:
+    """Poll ``/healthz`` until the service's word-set cache is no longer warming; its last state."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=30) as r:
+            cache: dict[str, Any] = json.loads(r.read()).get("text_cache") or {}
+        if not cache.get("warming") or time.monotonic() > deadline:
+            return cache
+        time.sleep(0.5)
+
+
 def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-__all__ = ["exact_recall", "process_memory_mb", "redis_up", "service_point"]
+__all__ = ["exact_recall", "process_memory_mb", "redis_up", "service_point", "wait_warm"]

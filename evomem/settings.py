@@ -190,6 +190,18 @@ class Settings(BaseSettings):
         description="a retrieval process whose index is this far behind the change feed answers stale",
     )
 
+    text_cache: int = Field(
+        1_048_576,
+        ge=0,
+        le=1 << 30,
+        description="insight word sets a retrieval process keeps in memory for text relevance (about "
+        "400 B each: 400 MB at a million), the oldest dropped first; 0: read every candidate's text",
+    )
+    text_cache_warm: bool = Field(
+        True,
+        description="a following retrieval process (the service, MCP, Memory.follow) fills its word-set "
+        "cache from the index's active insights in a background thread at start, up to text_cache",
+    )
     tenancy_cache_s: float = Field(
         2.0,
         ge=0.0,

@@ -238,6 +238,9 @@ def test_the_http_benchmark_drives_the_service_from_another_process(
         assert service["requests"] > 0 and service["errors"] == 0 and service["p50_ms"] > 0
         assert service["start_s"] > 0 and p["rss_mb_after"] == service["memory_mb"]["VmRSS"] > 0
         assert service["replica_copy_s"] is not None  # the second replica was missing: copied
+        # the word-set cache was warmed before the timed requests, in process and in the service
+        assert 0 < p["text_cache_warmed"] <= p["n_insights"]
+        assert service["text_cache"]["warming"] is False and service["text_cache"]["entries"] > 0
     printed = capsys.readouterr().out
     assert "HTTP shipped" in printed and "HTTP baseline" in printed and "scale curve" in printed
     assert not (tmp_path / "data" / "http").exists()  # stores removed after the run

@@ -405,6 +405,18 @@ def test_an_archived_insight_is_never_served_again(index: VectorIndex) -> None:
     assert index.versions("insight", "ns", ["i"]) == {"i": 2}
 
 
+def test_scan_insights_pages_through_the_active_insights_of_every_namespace(index: VectorIndex) -> None:
+    names = [str(uuid.uuid4()) for _ in range(7)]
+    index.write_insights(
+        [(insight(n, namespace=f"ns{k % 2}", text=f"text of {n}"), NEAR) for k, n in enumerate(names)]
+    )
+    index.write_insights([(insight(names[0], namespace="ns0", state="archived", version=2), None)])
+    pages = list(index.scan_insights(3))
+    assert all(len(p) <= 3 for p in pages)
+    assert sorted(i for p in pages for i, _ in p) == sorted(names[1:])  # each once, the archived left out
+    assert all(text == f"text of {i}" for p in pages for i, text in p)
+
+
 # -- versions and payload updates -----------------------------------------------------------------
 def test_an_older_version_never_overwrites_a_newer_one(index: VectorIndex) -> None:
     index.write_insights([(insight("i", version=3), NEAR)])

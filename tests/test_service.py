@@ -215,6 +215,10 @@ def test_health_metrics_and_openapi(server: EvomemHTTPServer) -> None:
     client = Client(server, None)
     status, health = client.call("GET", "/healthz")
     assert status == 200 and health["redis"] == "ok"
+    server.service.runtime.retriever.wait_warm(30)  # type: ignore[union-attr]
+    _, health = client.call("GET", "/healthz")
+    assert health["text_cache"]["warming"] is False  # started by the service; an empty store warms at once
+    assert health["text_cache"]["capacity"] == server.service.runtime.settings.text_cache
     Client(server, "tok-alpha").call("POST", "/v1/retrieve", {"query": "q", "namespace": "alpha"})
     status, text = client.call("GET", "/metrics")
     assert status == 200

@@ -11,7 +11,7 @@ the contract suite checks. ``EventLog`` is the task-event stream as consolidatio
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -428,6 +428,11 @@ class VectorIndex(Protocol):
 
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
         """Active insights nearest to a text vector."""
+        ...
+
+    def scan_insights(self, batch: int) -> Iterator[list[tuple[str, str]]]:
+        """Every active insight of every namespace as (id, text), ``batch`` at a time, in no set
+        order: what a retriever warms its word-set cache from."""
         ...
 
     def versions(

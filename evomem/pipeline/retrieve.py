@@ -11,6 +11,7 @@ still be served have their text read (for their relevance to the task, and to se
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from array import array
 from collections import OrderedDict
@@ -35,9 +36,22 @@ from evomem.stages import stage
 log = get_logger("evomem.retriever")
 #: The retrieval path's stages, as ``evomem.stages`` times them (a request's canonical log line).
 STAGES = ("embed", "similar", "evidence", "expand", "candidates", "rank")
-#: Insight word sets a retriever keeps (by id: a text never changes), the oldest dropped first. Each
-#: is an array of 32-bit features: 65,536 of them with their ids take about 20 MB.
-TEXT_FEATURES_CACHED = 65_536
+#: Insights read per page when the word-set cache is warmed: a page holds the GIL while the engine
+#: reads it (cold, about 30 ms), so retrievals on other threads wait at most that long.
+WARM_BATCH = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class TextCacheState:
+    """The word-set cache of a retriever (``Retriever.text_cache``), as the health check shows it."""
+
+    entries: int
+    capacity: int
+    warming: bool
+    warmed: int
+    """Entries the warm-up added so far."""
+    warm_s: float | None
+    """How long the warm-up took; None until it ends."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +92,14 @@ class Retriever:
         self.resolve = resolve or (lambda _namespace: settings)
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
         self._pending: set[Future[None]] = set()
+        # insight word sets by id (a text never changes), the oldest dropped first: an array of 32-bit
+        # features each, about 400 B with its id and entry (EVOMEM_TEXT_CACHE bounds them)
         self._text_features: OrderedDict[str, array[int]] = OrderedDict()
         self._text_lock = threading.Lock()
+        self._warm_stop = threading.Event()
+        self._warmer: threading.Thread | None = None
+        self._warmed = 0
+        self._warm_s: float | None = None
 
     def similar_queries(self, namespace: str, query: str, k: int | None = None) -> list[str]:
         vector = self.embedder.embed([query])[0]
@@ -196,6 +216,7 @@ class Retriever:
         is kept by id; the texts not kept yet are read in one batch, and left in ``texts`` for
         serving."""
         cache = self._text_features
+        capacity = self.settings.text_cache
 
         def rel(ids: Sequence[str]) -> dict[str, float]:
             out: dict[str, float] = {}
@@ -211,16 +232,78 @@ class Retriever:
                 texts.update(read)
                 for i, ins in read.items():
                     words = array("I", word_features(ins.text))  # distinct, 4 bytes each
+                    out[i] = text_relevance(task, words)
+                    if capacity <= 0:
+                        continue
                     with self._text_lock:  # retrievals may run on several threads (the HTTP service)
-                        if len(cache) >= TEXT_FEATURES_CACHED:
+                        if len(cache) >= capacity:
                             # the oldest entry, in O(1): deleting a plain dict's first key leaves a hole
                             # that every later ``next(iter(...))`` walks past (7.6 µs at 65,536 entries)
                             cache.popitem(last=False)
                         cache[i] = words
-                    out[i] = text_relevance(task, words)
             return out
 
         return rel
+
+    # -- the word-set cache --------------------------------------------------------------------------
+    def warm(self, stop: threading.Event | None = None) -> int:
+        """Fill the word-set cache from the index's active insights, up to ``EVOMEM_TEXT_CACHE``,
+        never evicting what retrievals put there; returns the entries added. At a million insights
+        on this project's store the ranking stage otherwise reads each candidate's text from disk
+        on first use (bench/README, "The word-set cache"). Runs in the caller's thread;
+        ``start_warming`` runs it in the background."""
+        cache, capacity = self._text_features, self.settings.text_cache
+        added = 0
+        started = time.perf_counter()
+        try:
+            for page in self.index.scan_insights(WARM_BATCH):
+                if (stop is not None and stop.is_set()) or len(cache) >= capacity:
+                    break
+                words = [(i, array("I", word_features(text))) for i, text in page]
+                with self._text_lock:
+                    for i, w in words:
+                        if len(cache) >= capacity:
+                            break
+                        if i not in cache:
+                            cache[i] = w
+                            added += 1
+                            self._warmed += 1
+        finally:
+            self._warm_s = round(time.perf_counter() - started, 3)
+        return added
+
+    def start_warming(self) -> None:
+        """``warm`` in a daemon thread (once); retrievals go on meanwhile, reading what is not
+        cached yet. ``close`` stops it."""
+        if self._warmer is not None or self.settings.text_cache <= 0:
+            return
+
+        def run() -> None:
+            try:
+                added = self.warm(self._warm_stop)
+                log.info("retriever.warmed", entries=added, seconds=self._warm_s)
+            except Exception as exc:  # a cold cache is slower, not wrong: retrievals read the texts
+                log.warning("retriever.warm_failed", error=str(exc))
+
+        self._warmer = threading.Thread(target=run, name="evomem-warm", daemon=True)
+        self._warmer.start()
+
+    def wait_warm(self, timeout_s: float | None = None) -> bool:
+        """Wait for the background warm-up; True when it has ended (or never started)."""
+        if self._warmer is None:
+            return True
+        self._warmer.join(timeout_s)
+        return not self._warmer.is_alive()
+
+    def text_cache(self) -> TextCacheState:
+        warming = self._warmer is not None and self._warmer.is_alive()
+        return TextCacheState(
+            len(self._text_features),
+            self.settings.text_cache,
+            warming,
+            self._warmed,
+            None if warming else self._warm_s,
+        )
 
     def _save(self, record: RetrievalRecord) -> None:
         try:
@@ -234,8 +317,11 @@ class Retriever:
             f.result()
 
     def close(self) -> None:
+        self._warm_stop.set()
+        if self._warmer is not None:
+            self._warmer.join()  # before the index it reads is closed
         self.flush()
         self._recorder.shutdown(wait=True)
 
 
-__all__ = ["STAGES", "Retrieval", "Retriever"]
+__all__ = ["STAGES", "Retrieval", "Retriever", "TextCacheState"]

@@ -175,6 +175,10 @@ class RetrievalService:
             "index": projector.index.identity if projector is not None else None,
             "cursor": projector.cursor if projector is not None else None,
         }
+        retriever = self.runtime.retriever
+        if retriever is not None:
+            # warming is healthy: a word set not cached yet is read from the index
+            out["text_cache"] = asdict(retriever.text_cache())
         return healthy, out
 
     def _staleness(self) -> Staleness:

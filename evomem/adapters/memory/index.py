@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Literal, TypeVar
 
 from evomem.adapters.qdrant.common import latest
@@ -181,6 +181,12 @@ class InMemoryIndex:
                 if ns == namespace and n.state == "active"
             ]
         return [(i, s) for s, i, _ in self._top(scored, k)]
+
+    def scan_insights(self, batch: int) -> Iterator[list[tuple[str, str]]]:
+        with self._lock:
+            active = [(n.id, n.text) for n, _ in self._insights.values() if n.state == "active"]
+        for start in range(0, len(active), batch):
+            yield active[start : start + batch]
 
     def versions(
         self, kind: Literal["insight", "query"], namespace: str, ids: Collection[str]

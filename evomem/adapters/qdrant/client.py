@@ -463,6 +463,23 @@ class ClientIndex:
         )
         return [(node_id_of(h), float(h.score)) for h in hits]
 
+    def scan_insights(self, batch: int) -> Iterator[list[tuple[str, str]]]:
+        offset: Any = None
+        active = models.Filter(must=[self._match("state", "active")])
+        while True:
+            with self._boundary("reading insights"):
+                records, offset = self.client.scroll(
+                    keys.INSIGHT_COLLECTION,
+                    scroll_filter=active,
+                    limit=batch,
+                    offset=offset,
+                    with_payload=["id", "text"],
+                    with_vectors=False,
+                )
+            yield [(p["id"], p["text"]) for r in records if (p := r.payload or {}).get("id")]
+            if offset is None:
+                return
+
     def versions(
         self, kind: Literal["insight", "query"], namespace: str, ids: Collection[str]
     ) -> dict[str, int]:

@@ -8,7 +8,7 @@ with ``MatchValue(True)``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -400,6 +400,17 @@ class EdgeIndex:
         conditions = [self._match("namespace", namespace), self._match("state", "active")]
         hits = self._nearest(self.insights, namespaced(vector, namespace), conditions, k, ["id"])
         return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
+
+    def scan_insights(self, batch: int) -> Iterator[list[tuple[str, str]]]:
+        offset: Any = None
+        active = qe.Filter(must=[self._match("state", "active")])
+        while True:
+            records, offset = self.insights.scroll(
+                qe.ScrollRequest(limit=batch, offset=offset, filter=active, with_payload=["id", "text"])
+            )
+            yield [(r.payload["id"], r.payload["text"]) for r in records]
+            if offset is None:
+                return
 
     def versions(
         self, kind: Literal["insight", "query"], namespace: str, ids: Collection[str]
