@@ -258,7 +258,7 @@ class Runtime:
         self._follower = Follower(self.projector)
         self._follower.start()
         if self.retriever is not None and self.settings.text_cache_warm:
-            self.retriever.start_warming()  # the word sets of the insights ranked most (Retriever.warm)
+            self.retriever.start_warming()  # every active insight's word set (Retriever.warm)
 
     def follower(self) -> FollowerState | None:
         """The projector thread's state, or None when nothing follows."""
