@@ -4,7 +4,8 @@ served, only to what is read from the index."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import logging
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import redis
 
 from evomem import Memory, Settings
 from evomem.core.retrieval import ServingInsight
+from evomem.errors import EvomemError
 
 NS = "ops"
 TOPICS = ["git bisect", "docker volumes", "oauth login", "cron jobs", "dns caching", "tcp keepalive"]
@@ -113,3 +115,30 @@ def test_warming_can_be_turned_off(store: Settings) -> None:
         assert mem.retriever.wait_warm(0)  # nothing started
         state = mem.retriever.text_cache()
         assert (state.entries, state.warmed, state.warm_s) == (0, 0, None)
+
+
+def test_a_warm_up_that_fails_leaves_the_retriever_serving(
+    store: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The index failing mid-scan ends the warm-up with what it had read, logged, not raised: the
+    cache stays bounded and correct, and retrievals read what it misses."""
+    with Memory.open_local(store.model_copy(update={"text_cache": 0})) as mem:
+        uncached = served(mem)
+    with Memory.open_local(store) as mem:
+        real = mem.retriever.index.scan_insights
+
+        def scan(batch: int) -> Iterator[list[tuple[str, str]]]:
+            pages = real(batch)
+            yield [next(iter(pages))[0]]  # one insight, then the index goes away
+            raise EvomemError("the index went away mid-scan")
+
+        mem.retriever.index.scan_insights = scan  # type: ignore[method-assign]
+        with caplog.at_level(logging.WARNING, logger="evomem.retriever"):
+            mem.follow()
+            assert mem.retriever.wait_warm(30)
+        logged = [r.getMessage() for r in caplog.records if r.name == "evomem.retriever"]
+        assert logged == ["retriever.warm_failed"]
+        state = mem.retriever.text_cache()
+        assert (state.entries, state.warmed, state.warming) == (1, 1, False)
+        assert state.warm_s is not None
+        assert served(mem) == uncached
