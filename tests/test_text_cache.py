@@ -129,7 +129,7 @@ def test_a_warm_up_that_fails_leaves_the_retriever_serving(
 
         def scan(batch: int) -> Iterator[list[tuple[str, str]]]:
             pages = real(batch)
-            yield [next(iter(pages))[0]]  # one insight, then the index goes away
+            yield [next(pages)[0]]  # one insight, then the index goes away
             raise EvomemError("the index went away mid-scan")
 
         mem.retriever.index.scan_insights = scan  # type: ignore[method-assign]
