@@ -279,20 +279,29 @@ def test_search_evidence_ranks_the_evidence_of_the_insights_nearest_to_the_task(
     assert index.search_evidence(DISJOINT, "elsewhere", 3, 5) == []
 
 
-def test_the_evidence_search_finds_insights_by_about_and_ranks_queries_by_the_task(
+def test_the_evidence_search_finds_insights_and_their_evidence_by_about_and_scores_by_the_task(
     index: VectorIndex,
 ) -> None:
     """``about`` (the retriever's word 1-2-grams of the task) picks the insights whose evidence is
-    searched; the task's own vector still ranks and scores that evidence."""
+    searched and ranks that evidence; each hit is still scored by its cosine with the task."""
     words = {7: 1.0}
+    by_words_too = unit({1: 0.99, 7: 0.14})  # nearer the task than FAR, farther from its words
     index.write_insights([(insight("by-words"), words), (insight("by-task"), NEAR)])
     index.write_queries(
-        [(query("q-words", supports=("by-words",)), MID), (query("q-task", supports=("by-task",)), NEAR)]
+        [
+            (query("q-words", supports=("by-words",)), FAR),
+            (query("q-words-2", supports=("by-words",)), by_words_too),
+            (query("q-no-words", supports=("by-words",)), MID),  # none of the words: not found by them
+            (query("q-task", supports=("by-task",)), NEAR),
+        ]
     )
     assert ids(index.search_evidence(PROBE, "ns", 1, 5)) == ["q-task"]
-    hits = index.search_evidence(PROBE, "ns", 1, 5, about=words)
+    hits = index.search_evidence(PROBE, "ns", 1, 1, about=words)
     assert ids(hits) == ["q-words"]
-    assert hits[0].score == pytest.approx(0.8, abs=1e-4)  # its cosine to the task, not to ``about``
+    assert hits[0].score == pytest.approx(0.6, abs=1e-4)  # its cosine to the task, not to ``about``
+    hits = index.search_evidence(PROBE, "ns", 1, 5, about=words)
+    assert ids(hits) == ["q-words", "q-words-2"]
+    assert [h.score for h in hits] == pytest.approx([0.6, 0.99 / math.hypot(0.99, 0.14)], abs=1e-4)
 
 
 @pytest.mark.parametrize("order", [("i-a", "i-b", "i-c"), ("i-c", "i-b", "i-a")])

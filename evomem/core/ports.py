@@ -404,10 +404,11 @@ class VectorIndex(Protocol):
         exclude: Collection[str] = (),
         about: Vector | None = None,
     ) -> list[QueryHit]:
-        """The top-k past queries of the namespace by similarity to ``vector``, among those that are
-        evidence (support or harm) of one of the ``insights`` active insights whose text is nearest
-        to ``about`` (default: ``vector``), or of an insight one of them inherits from, leaving out
-        the ``exclude`` ids (those Eq. 2 found already); scored as ``search_queries`` scores."""
+        """The top-k past queries of the namespace by similarity to ``about`` (default: ``vector``),
+        among those that are evidence (support or harm) of one of the ``insights`` active insights
+        whose text is nearest to ``about``, or of an insight one of them inherits from, leaving out
+        the ``exclude`` ids (those Eq. 2 found already); each scored by its cosine with ``vector``,
+        as ``search_queries`` scores."""
         ...
 
     def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:

@@ -108,15 +108,34 @@ class InMemoryIndex:
             namespace,
             k,
             lambda q: q.id not in skip and not (near.isdisjoint(q.supports) and near.isdisjoint(q.harms)),
+            rank_by=about,
         )
 
     def _search_queries(
-        self, vector: Vector, namespace: str, k: int, keep: Callable[[QueryPoint], bool] | None = None
+        self,
+        vector: Vector,
+        namespace: str,
+        k: int,
+        keep: Callable[[QueryPoint], bool] | None = None,
+        rank_by: Vector | None = None,
     ) -> list[QueryHit]:
         """Eq. 2 over the namespace's queries, or over those ``keep`` accepts (the IDF weights are
-        the namespace's either way, as Qdrant's filtered search reads them off the whole index)."""
+        the namespace's either way, as Qdrant's filtered search reads them off the whole index):
+        the top-k by ``rank_by`` (default ``vector``), each scored by its cosine with ``vector``."""
         if not vector:
             return []
+        if rank_by is not None:
+            if not rank_by:
+                return []
+            cosine = self._prepare(vector)
+            hits = self._search_queries(rank_by, namespace, k, keep)
+            with self._lock:
+                stored = {h.id: got[1] for h in hits if (got := self._queries.get((namespace, h.id)))}
+            return [
+                QueryHit(h.id, self._score(cosine, stored[h.id]), h.supports, h.harms)
+                for h in hits
+                if h.id in stored
+            ]
         query = self._prepare(vector)
         with self._lock:
             held = [(q, v) for (ns, _), (q, v) in self._queries.items() if ns == namespace]

@@ -356,7 +356,9 @@ class ClientIndex:
             if exclude
             else None
         )
-        return self._search_queries(vector, namespace, k, evidence, skip)
+        # found by ``about`` (the task's words: a walk over a dozen posting lists, not every character
+        # n-gram's), weighed by the cosine with the whole task
+        return self._search_queries(vector, namespace, k, evidence, skip, rank_by=about)
 
     def _search_queries(
         self,
@@ -365,17 +367,21 @@ class ClientIndex:
         k: int,
         should: list[models.FieldCondition] | None = None,
         must_not: list[models.HasIdCondition] | None = None,
+        rank_by: Vector | None = None,
     ) -> list[QueryHit]:
+        """The top-k by ``rank_by`` (default ``vector``), each scored by its cosine with ``vector``."""
         conditions = [self._match("namespace", namespace)]
         probe = namespaced(vector, namespace)
+        by = probe if rank_by is None else namespaced(rank_by, namespace)
+        exact = self.idf or rank_by is not None
         hits = top_k_deterministic(
             lambda limit: self._nearest(
                 keys.QUERY_COLLECTION,
-                probe,
+                by,
                 conditions,
                 limit,
                 ["id", "supports", "harms"],
-                self.idf,
+                exact,
                 should,
                 must_not,
             ),
@@ -383,11 +389,11 @@ class ClientIndex:
             lambda h: float(h.score),
             lambda h: str((h.payload or {}).get("id", "")),
         )
-        if not self.idf:
+        if not exact:
             return [hit_from_payload(h.payload or {}, float(h.score)) for h in hits]
         assert isinstance(probe, dict)
         out = []
-        for h in hits:  # ranked by the IDF-weighted product; weighed by the cosine
+        for h in hits:  # ranked by another product (IDF-weighted, or by rank_by); weighed by the cosine
             stored = h.vector[VECTOR_NAME] if isinstance(h.vector, dict) else None
             assert isinstance(stored, models.SparseVector)
             out.append(hit_from_payload(h.payload or {}, sparse_dot(probe, stored.indices, stored.values)))

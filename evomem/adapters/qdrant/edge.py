@@ -288,22 +288,28 @@ class EdgeIndex:
         ]
         skip = [qe.HasIdCondition({int_query_point_id(namespace, q) for q in exclude})] if exclude else None
         # k + 1 hits carrying their payload and vectors, in one search: cheaper than Eq. 2's way (the
-        # ids of 2k + 8, then a read of the k kept), since ties are rare among so few queries
+        # ids of 2k + 8, then a read of the k kept), since ties are rare among so few queries. Found
+        # by ``about`` too (the task's words): the walk over the namespace's posting lists is then
+        # that of a dozen words, not of every character n-gram, and the hits are weighed by their
+        # cosine with the whole task all the same
         in_namespace = [self._match("namespace", namespace)]
         fields = ["id", "supports", "harms"]
+        exact = self.idf or about is not None
         hits = top_k_deterministic(
             lambda limit: self._nearest(
-                self.queries, probe, in_namespace, limit, fields, evidence, skip, with_vector=self.idf
+                self.queries, by_text, in_namespace, limit, fields, evidence, skip, with_vector=exact
             ),
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
         )
-        return [self._hit(h, probe) for h in hits if h.score > 0]
+        return [self._hit(h, probe, exact) for h in hits if h.score > 0]
 
-    def _hit(self, point: Any, probe: Vector) -> QueryHit:
-        """A query hit with its cosine: under IDF the engine ranked by the IDF-weighted product."""
-        if not self.idf:
+    @staticmethod
+    def _hit(point: Any, probe: Vector, exact: bool) -> QueryHit:
+        """A query hit with its cosine with ``probe``, computed from its stored vector when the
+        engine ranked by another product (``exact``: under IDF, or found by another vector)."""
+        if not exact:
             return hit_from_payload(point.payload, float(point.score))
         stored = point.vector[VECTOR_NAME]
         assert isinstance(probe, dict)
