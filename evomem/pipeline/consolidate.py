@@ -9,6 +9,7 @@ applied marker, so it changes nothing twice and costs no second controller call.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -84,8 +85,8 @@ class _Work:
     twins: dict[str, str] = field(default_factory=dict)  # text key -> near-duplicate insight
     bands: dict[str, list[str]] = field(default_factory=dict)  # text key -> its buckets
 
-    @property
-    def key(self) -> EventKey:
+    @functools.cached_property
+    def key(self) -> EventKey:  # kept: a batch looks it up for every event, several times
         return (self.event.namespace, str(self.event.event_id))
 
 
@@ -258,11 +259,13 @@ class Consolidator:
         digests = {id(w): event_digest(w.event) for w in work}
         stored = self.graph.load_decisions([w.key for w in work])
         undecided: list[_Work] = []
+        asked: set[EventKey] = set()  # an event delivered twice in one batch is decided once
         for w in work:
             found = stored.get(w.key)
             if found is not None:
                 w.decision = self._same_event(w, found, digests[id(w)], report)
-            elif not any(u.key == w.key for u in undecided):
+            elif w.key not in asked:
+                asked.add(w.key)
                 undecided.append(w)
         if undecided:
             inputs = []
