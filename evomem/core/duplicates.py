@@ -14,6 +14,8 @@ at J = 0.7, 0.88 at J = 0.5, under 0.3% at J = 0.05.
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +47,8 @@ def bands(text: str) -> list[str]:
 def similarity(a: SparseVec, b: SparseVec) -> float:
     """Cosine of two hashing-embedder vectors (they are normalised)."""
     small, large = (a, b) if len(a) <= len(b) else (b, a)
-    return sum(v * large.get(k, 0.0) for k, v in small.items())
+    # in C (``map``): the same products in the same order as a generator, about 2.5x faster
+    return sum(map(operator.mul, small.values(), map(large.get, small, itertools.repeat(0.0))))
 
 
 #: Texts whose vectors are kept (the least recently used go first): consolidation compares the same
