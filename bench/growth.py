@@ -18,6 +18,7 @@ import contextlib
 import cProfile
 import gc
 import os
+import random
 import shlex
 import shutil
 import sys
@@ -74,6 +75,7 @@ class Build:
         self.done = 0
         self.retrieve_ns = self.report_ns = self.consolidate_ns = 0
         self.redis_pid = redis_pid(mem)
+        self.redis_cpu_offset = 0.0  # the CPU of the servers closed by ``keep_copy``
         self.paused_s = self.paused_cpu_s = self.paused_redis_cpu_s = 0.0
         self.started = time.perf_counter()
         self.recent_retrieve_ns: deque[int] = deque(maxlen=window)
@@ -85,7 +87,28 @@ class Build:
         return time.perf_counter() - self.started - self.paused_s
 
     def _redis_cpu_s(self) -> float | None:
-        return cpu_s(self.redis_pid) if self.redis_pid is not None else None
+        if self.redis_pid is None or (used := cpu_s(self.redis_pid)) is None:
+            return None
+        return used + self.redis_cpu_offset
+
+    def keep_copy(self, settings: Settings, to: Path) -> None:
+        """Close the memory, copy its stores to ``to`` and open it again: the memory as it is now,
+        for the paired measurement at the end (``paired_retrieval``). Run it inside ``paused()``.
+        The clocks carry over: the projection timer's total and redis-server's CPU time (the server
+        is a new process after the reopening)."""
+        redis_before = self._redis_cpu_s()
+        projected_ns, projections = self.projection.ns, self.projection.calls
+        self.mem.close()
+        shutil.copytree(settings.data_dir, to)
+        mem = Memory.open(settings)
+        assert isinstance(mem, Memory)
+        self.mem = mem
+        self.projection = ProjectionTimer(mem)
+        self.projection.ns, self.projection.calls = projected_ns, projections
+        self.redis_pid = redis_pid(mem)
+        after = cpu_s(self.redis_pid) if self.redis_pid is not None else None
+        if redis_before is not None and after is not None:
+            self.redis_cpu_offset = redis_before - after
 
     def snapshot(self) -> Snapshot:
         redis_cpu = self._redis_cpu_s()
@@ -270,17 +293,23 @@ def run_build(
     args: argparse.Namespace,
     err: TextIO,
     profiler: cProfile.Profile | None,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The build, with a checkpoint at each size, and the paired measurement of the first and last
+    sizes (None without ``args.pair`` or with one checkpoint)."""
     total = checkpoints[-1]
     win = min(args.window, checkpoints[0])
     boundaries = {c - win for c in checkpoints} | {win, *checkpoints}
     mem = Memory.open(settings)
     assert isinstance(mem, Memory)  # settings.url is None: the memory itself, not a service client
     results = []
+    paired = None
+    # the memory of the first checkpoint, kept to be measured beside the last one's at the end
+    first_copy = settings.data_dir.parent / f"{settings.data_dir.name}-at-{checkpoints[0]}"
+    pair = args.pair and len(checkpoints) >= 2
+    world = World(args.tenants, args.seed)
+    sample = World(args.tenants, args.seed + 1_000).distinct_tasks(args.sample)
+    build = Build(mem, world, Agent(args.seed), seed=args.seed, every=args.consolidate_every, window=win)
     try:
-        world = World(args.tenants, args.seed)
-        sample = World(args.tenants, args.seed + 1_000).distinct_tasks(args.sample)
-        build = Build(mem, world, Agent(args.seed), seed=args.seed, every=args.consolidate_every, window=win)
         bar = Progress(err, "build", total, not args.no_progress)
         if profiler:
             profiler.enable()
@@ -299,11 +328,69 @@ def run_build(
                 with build.paused():
                     results.append(checkpoint(build, win, win, sample))
                     report_checkpoint(results[-1], err)
+                    if pair and n == checkpoints[0]:
+                        shutil.rmtree(first_copy, ignore_errors=True)
+                        build.keep_copy(settings, first_copy)
+                    elif pair and n == total:
+                        small = settings.model_copy(update={"data_dir": first_copy})
+                        paired = paired_retrieval(
+                            (checkpoints[0], small), (total, build.mem), sample, args.seed, err
+                        )
                 if profiler and n < total:
                     profiler.enable()
     finally:
-        mem.close()
-    return results
+        build.mem.close()
+        shutil.rmtree(first_copy, ignore_errors=True)
+    return results, paired
+
+
+def paired_retrieval(
+    earlier: tuple[int, Settings], current: tuple[int, Memory], sample: Sequence[Task], seed: int, err: TextIO
+) -> dict[str, Any]:
+    """Retrieve p50 of the memory as it was at an earlier checkpoint (reopened from its copy) and as
+    it is now, measured together: every sample task on both, in a random order per task, after a
+    pass on each to warm it. A checkpoint's own sample is taken when it is reached, minutes apart on
+    a machine whose speed drifts; here both sizes meet the same moments."""
+    (small_tasks, small_settings), (large_tasks, large) = earlier, current
+    small = Memory.open(small_settings)
+    assert isinstance(small, Memory)
+    try:
+        mems = {small_tasks: small, large_tasks: large}
+        for m in mems.values():
+            for t in sample:
+                m.retriever.retrieve(t.text, t.namespace, record=False)
+        times: dict[int, list[int]] = {n: [] for n in mems}
+        stages: dict[int, dict[str, int]] = {n: {} for n in mems}
+        rng = random.Random(seed)
+        for t in sample:
+            order = list(mems)
+            rng.shuffle(order)
+            for n in order:
+                t0 = time.perf_counter_ns()
+                with recording(stages[n]):
+                    mems[n].retriever.retrieve(t.text, t.namespace, record=False)
+                times[n].append(time.perf_counter_ns() - t0)
+    finally:
+        small.close()
+    per: dict[str, dict[str, Any]] = {
+        str(n): {
+            **summarise(times[n]),
+            "n": len(times[n]),
+            "stages_mean_ms": {k: round(v / 1e6 / max(len(sample), 1), 4) for k, v in stages[n].items()},
+        }
+        for n in mems
+    }
+    ratio = per[str(large_tasks)]["p50_ms"] / per[str(small_tasks)]["p50_ms"]
+    err.write(
+        f"  paired: retrieve p50 {per[str(large_tasks)]['p50_ms']} ms at {large_tasks:,} tasks against "
+        f"{per[str(small_tasks)]['p50_ms']} ms at {small_tasks:,}, measured together: {ratio:.3f}x\n"
+    )
+    return {
+        "small_tasks": small_tasks,
+        "large_tasks": large_tasks,
+        "by_tasks": per,
+        "p50_ratio": round(ratio, 3),
+    }
 
 
 def report_checkpoint(c: dict[str, Any], err: TextIO) -> None:
@@ -377,6 +464,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir", type=Path, default=None, help="where the stores go (default: a temporary directory)"
     )
+    parser.add_argument(
+        "--no-pair",
+        dest="pair",
+        action="store_false",
+        help="do not keep the first checkpoint's memory to measure its retrieve p50 beside the last one's",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the build; print the top functions")
     parser.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     parser.add_argument(
@@ -418,7 +511,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         data = root / "build"
         shutil.rmtree(data, ignore_errors=True)
         settings = embedded_settings(data, controller="rules", embedder="hashing")
-        points = run_build(settings, points_at, args, err, profiler)
+        points, paired = run_build(settings, points_at, args, err, profiler)
         shutil.rmtree(data, ignore_errors=True)
         if args.hot_evidence:
             data = root / "hot"
@@ -435,7 +528,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     finally:
         if args.data_dir is None:
             shutil.rmtree(root, ignore_errors=True)
-    check_list = checks(points, hot_doc)
+    check_list = checks(points, hot_doc, paired)
     defaults = Settings.model_fields
     doc: dict[str, Any] = {
         "schema": RESULTS_SCHEMA,
@@ -463,6 +556,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             "seed": args.seed,
         },
         "checkpoints": points,
+        "paired": paired,
         "hot": hot_doc,
         "checks": check_list,
     }

@@ -107,6 +107,12 @@ def test_the_growth_benchmark_writes_the_results_file(
         assert p["served"] == p["retrievals"] == 3  # each timed retrieval served its insight
         assert p["keeps_applied"] == 3 and p["positive_after"] == evidence + 3
     assert {"keep", "retrieve"} <= set(h["ratios_hot_to_fresh"])
+    paired = doc["paired"]  # the first checkpoint's memory, kept, measured beside the last one's
+    assert (paired["small_tasks"], paired["large_tasks"]) == (200, 400)
+    assert {k: v["n"] for k, v in paired["by_tasks"].items()} == {"200": 20, "400": 20}
+    assert paired["p50_ratio"] > 0 and set(paired["by_tasks"]["400"]["stages_mean_ms"]) >= {"similar"}
+    growth_check = next(c for c in doc["checks"] if c["name"] == "retrieve_p50_growth")
+    assert growth_check["value"] == paired["p50_ratio"] and growth_check["at_checkpoints"] > 0
     assert {c["name"] for c in doc["checks"]} == {
         "throughput_last_vs_first_window",
         "retrieve_p50_growth",
@@ -118,6 +124,7 @@ def test_the_growth_benchmark_writes_the_results_file(
     assert out.count("PASS ") + out.count("FAIL ") == 4
     assert "hot insight" in out and "results.json" in out
     assert not (tmp_path / "data" / "build").exists() and not (tmp_path / "data" / "hot").exists()
+    assert not (tmp_path / "data" / "build-at-200").exists()  # the kept copy is gone too
 
 
 def _point(tasks: int, first: float, last: float, p50: float) -> dict[str, Any]:
@@ -134,6 +141,18 @@ def test_the_acceptance_checks_apply_the_issue_limits() -> None:
     assert [c["passed"] for c in flat] == [True, True]
     slow = report.checks([_point(10_000, 150, 140, 2.0), _point(100_000, 150, 99, 3.1)], None)
     assert [c["passed"] for c in slow] == [False, False]
+
+
+def test_the_retrieve_growth_check_takes_the_paired_measurement_when_there_is_one() -> None:
+    points = [_point(10_000, 150, 140, 2.0), _point(100_000, 150, 101, 3.4)]  # 1.7x apart
+    by_tasks = {"10000": {"p50_ms": 2.2}, "100000": {"p50_ms": 3.1}}
+    paired = {"small_tasks": 10_000, "large_tasks": 100_000, "by_tasks": by_tasks, "p50_ratio": 1.409}
+    check = report.checks(points, None, paired)[1]
+    assert check["name"] == "retrieve_p50_growth" and check["passed"]
+    assert (check["value"], check["at_checkpoints"]) == (1.409, 1.7)
+    assert "measured together" in check["detail"] and "each sampled at its checkpoint" in check["detail"]
+    other_sizes = {**paired, "small_tasks": 40_000}  # not the checkpoints compared: not used
+    assert report.checks(points, None, other_sizes)[1]["value"] == 1.7
 
 
 def test_the_world_is_deterministic_unequal_and_repetitive() -> None:
