@@ -333,15 +333,88 @@ def run_build(
                         build.keep_copy(settings, first_copy)
                     elif pair and n == total:
                         small = settings.model_copy(update={"data_dir": first_copy})
-                        paired = paired_retrieval(
-                            (checkpoints[0], small), (total, build.mem), sample, args.seed, err
-                        )
+                        empty = settings.model_copy(update={"data_dir": first_copy.with_name("empty")})
+                        paired = {
+                            "retrieve": paired_retrieval(
+                                (checkpoints[0], small), (total, build.mem), sample, args.seed, err
+                            ),
+                            "throughput": paired_throughput(build, empty, args, win, err),
+                        }
                 if profiler and n < total:
                     profiler.enable()
     finally:
         build.mem.close()
         shutil.rmtree(first_copy, ignore_errors=True)
+        shutil.rmtree(first_copy.with_name("empty"), ignore_errors=True)
     return results, paired
+
+
+def paired_throughput(
+    grown: Build, empty_settings: Settings, args: argparse.Namespace, window: int, err: TextIO
+) -> dict[str, Any]:
+    """The throughput of the first ``window`` tasks into an empty memory (the same world and seed
+    as the build's first window) and of ``window`` more tasks on the grown memory, measured together:
+    blocks of ``consolidate_every`` tasks and a consolidation, alternating between the two. The
+    build's own first and last windows are minutes apart on a machine whose speed drifts."""
+    shutil.rmtree(empty_settings.data_dir, ignore_errors=True)
+    mem = Memory.open(empty_settings)
+    assert isinstance(mem, Memory)
+    world, agent = World(args.tenants, args.seed), Agent(args.seed)
+    every = args.consolidate_every
+    sides = {"empty": Build(mem, world, agent, seed=args.seed, every=every, window=window), "grown": grown}
+    start = {name: b.done for name, b in sides.items()}
+    wall = dict.fromkeys(sides, 0.0)
+    cpu = dict.fromkeys(sides, 0.0)
+    redis_cpu: dict[str, float | None] = dict.fromkeys(sides, 0.0)
+    try:
+        block = 0
+        while sides["empty"].done < window:
+            for name in ("empty", "grown") if block % 2 == 0 else ("grown", "empty"):
+                b = sides[name]
+                tasks = min(every, window - (b.done - start[name]))
+                r0, c0, t0 = b._redis_cpu_s(), time.process_time(), time.perf_counter()
+                for _ in range(tasks):
+                    b.task()
+                b.consolidate()
+                wall[name] += time.perf_counter() - t0
+                cpu[name] += time.process_time() - c0
+                r1 = b._redis_cpu_s()
+                used = redis_cpu[name]
+                redis_cpu[name] = None if used is None or r0 is None or r1 is None else used + r1 - r0
+            block += 1
+    finally:
+        mem.close()
+        shutil.rmtree(empty_settings.data_dir, ignore_errors=True)
+    per: dict[str, dict[str, Any]] = {}
+    for name, b in sides.items():
+        done = b.done - start[name]
+        used = redis_cpu[name]
+        total_cpu = cpu[name] + (used or 0.0)
+        per[name] = {
+            "from_task": start[name] + 1,
+            "to_task": b.done,
+            "seconds": round(wall[name], 3),
+            "tasks_per_s": round(done / wall[name], 2),
+            "cpu_ms_per_task": {
+                "python": round(1000 * cpu[name] / done, 4),
+                "redis": None if used is None else round(1000 * used / done, 4),
+            },
+            "cpu_tasks_per_s": round(done / total_cpu, 2) if total_cpu > 0 else None,
+        }
+    ratio = per["grown"]["tasks_per_s"] / per["empty"]["tasks_per_s"]
+    cpu_rates = (per["grown"]["cpu_tasks_per_s"], per["empty"]["cpu_tasks_per_s"])
+    err.write(
+        f"  paired: {per['grown']['tasks_per_s']} tasks/s over tasks {per['grown']['from_task']:,}-"
+        f"{per['grown']['to_task']:,} against {per['empty']['tasks_per_s']} over an empty memory's first "
+        f"{window:,}, measured together: {ratio:.3f}\n"
+    )
+    return {
+        "window": window,
+        "block": every,
+        **per,
+        "ratio": round(ratio, 3),
+        "cpu_ratio": round(cpu_rates[0] / cpu_rates[1], 3) if all(cpu_rates) else None,
+    }
 
 
 def paired_retrieval(

@@ -107,12 +107,18 @@ def test_the_growth_benchmark_writes_the_results_file(
         assert p["served"] == p["retrievals"] == 3  # each timed retrieval served its insight
         assert p["keeps_applied"] == 3 and p["positive_after"] == evidence + 3
     assert {"keep", "retrieve"} <= set(h["ratios_hot_to_fresh"])
-    paired = doc["paired"]  # the first checkpoint's memory, kept, measured beside the last one's
-    assert (paired["small_tasks"], paired["large_tasks"]) == (200, 400)
-    assert {k: v["n"] for k, v in paired["by_tasks"].items()} == {"200": 20, "400": 20}
-    assert paired["p50_ratio"] > 0 and set(paired["by_tasks"]["400"]["stages_mean_ms"]) >= {"similar"}
+    together = doc["paired"]["retrieve"]  # the first checkpoint's memory, kept, beside the last one's
+    assert (together["small_tasks"], together["large_tasks"]) == (200, 400)
+    assert {k: v["n"] for k, v in together["by_tasks"].items()} == {"200": 20, "400": 20}
+    assert together["p50_ratio"] > 0 and set(together["by_tasks"]["400"]["stages_mean_ms"]) >= {"similar"}
     growth_check = next(c for c in doc["checks"] if c["name"] == "retrieve_p50_growth")
-    assert growth_check["value"] == paired["p50_ratio"] and growth_check["at_checkpoints"] > 0
+    assert growth_check["value"] == together["p50_ratio"] and growth_check["at_checkpoints"] > 0
+    rates = doc["paired"]["throughput"]  # an empty memory's first 200 tasks beside 200 more on the grown one
+    assert (rates["empty"]["from_task"], rates["empty"]["to_task"]) == (1, 200)
+    assert (rates["grown"]["from_task"], rates["grown"]["to_task"]) == (401, 600)
+    assert rates["ratio"] > 0 and rates["cpu_ratio"] > 0
+    rate_check = next(c for c in doc["checks"] if c["name"] == "throughput_last_vs_first_window")
+    assert rate_check["value"] == rates["ratio"] and rate_check["in_build"] > 0
     assert {c["name"] for c in doc["checks"]} == {
         "throughput_last_vs_first_window",
         "retrieve_p50_growth",
@@ -125,6 +131,7 @@ def test_the_growth_benchmark_writes_the_results_file(
     assert "hot insight" in out and "results.json" in out
     assert not (tmp_path / "data" / "build").exists() and not (tmp_path / "data" / "hot").exists()
     assert not (tmp_path / "data" / "build-at-200").exists()  # the kept copy is gone too
+    assert not (tmp_path / "data" / "empty").exists()
 
 
 def _point(tasks: int, first: float, last: float, p50: float) -> dict[str, Any]:
@@ -146,13 +153,32 @@ def test_the_acceptance_checks_apply_the_issue_limits() -> None:
 def test_the_retrieve_growth_check_takes_the_paired_measurement_when_there_is_one() -> None:
     points = [_point(10_000, 150, 140, 2.0), _point(100_000, 150, 101, 3.4)]  # 1.7x apart
     by_tasks = {"10000": {"p50_ms": 2.2}, "100000": {"p50_ms": 3.1}}
-    paired = {"small_tasks": 10_000, "large_tasks": 100_000, "by_tasks": by_tasks, "p50_ratio": 1.409}
-    check = report.checks(points, None, paired)[1]
+    together = {"small_tasks": 10_000, "large_tasks": 100_000, "by_tasks": by_tasks, "p50_ratio": 1.409}
+    check = report.checks(points, None, {"retrieve": together})[1]
     assert check["name"] == "retrieve_p50_growth" and check["passed"]
     assert (check["value"], check["at_checkpoints"]) == (1.409, 1.7)
     assert "measured together" in check["detail"] and "each sampled at its checkpoint" in check["detail"]
-    other_sizes = {**paired, "small_tasks": 40_000}  # not the checkpoints compared: not used
+    other_sizes = {"retrieve": {**together, "small_tasks": 40_000}}  # not the checkpoints compared
     assert report.checks(points, None, other_sizes)[1]["value"] == 1.7
+
+
+def test_the_throughput_check_takes_the_paired_windows_when_there_are_some() -> None:
+    points = [_point(10_000, 150, 140, 2.0), _point(100_000, 150, 90, 2.9)]  # 0.6 in the build
+    side = {"tasks_per_s": 0.0, "from_task": 1, "to_task": 5_000}
+    rates = {
+        "window": 5_000,
+        "block": 200,
+        "empty": {**side, "tasks_per_s": 140.0},
+        "grown": {**side, "tasks_per_s": 100.0, "from_task": 100_001, "to_task": 105_000},
+        "ratio": 0.714,
+        "cpu_ratio": 0.7,
+    }
+    check = report.checks(points, None, {"throughput": rates})[0]
+    assert check["name"] == "throughput_last_vs_first_window" and check["passed"]
+    assert (check["value"], check["in_build"]) == (0.714, 0.6)
+    assert "measured together" in check["detail"] and "in the build" in check["detail"]
+    elsewhere = {"throughput": {**rates, "grown": {**rates["grown"], "from_task": 40_001}}}
+    assert report.checks(points, None, elsewhere)[0]["value"] == 0.6  # not after this build's last task
 
 
 def test_the_world_is_deterministic_unequal_and_repetitive() -> None:
