@@ -47,6 +47,7 @@ RESULTS_SCHEMA = 1
 DEFAULT_TASKS = (10_000, 100_000)
 DEFAULT_OUT = Path("bench/results.json")
 PHASES = ("retrieve", "report", "consolidate", "project", "apply", "other")
+PAIR_BLOCK = 50  # sample tasks in a row on one memory in the paired retrieve measurement
 _EVENTS = uuid.UUID("9a3f6c1e-2b7d-4e58-8c0a-6d1f4b2e9c73")
 
 
@@ -418,31 +419,47 @@ def paired_throughput(
 
 
 def paired_retrieval(
-    earlier: tuple[int, Settings], current: tuple[int, Memory], sample: Sequence[Task], seed: int, err: TextIO
+    earlier: tuple[int, Settings],
+    current: tuple[int, Memory],
+    sample: Sequence[Task],
+    seed: int,
+    err: TextIO,
+    block: int = PAIR_BLOCK,
 ) -> dict[str, Any]:
     """Retrieve p50 of the memory as it was at an earlier checkpoint (reopened from its copy) and as
-    it is now, measured together: every sample task on both, in a random order per task, after a
-    pass on each to warm it. A checkpoint's own sample is taken when it is reached, minutes apart on
-    a machine whose speed drifts; here both sizes meet the same moments."""
+    it is now, measured together, after a pass on each to warm it. A checkpoint's own sample is
+    taken when it is reached, minutes apart on a machine whose speed drifts; here both sizes meet
+    the same moments. The sample goes in blocks of ``block`` tasks, each block on one memory and
+    then on the other (which goes first drawn per block), so that each memory runs ``block``
+    retrievals in a row with its own data in the caches. A second pass alternates the memories
+    task by task, which evicts each one's data between its own retrievals: its ratio is printed
+    beside (``per_task``), as a bound on what the order does to the figure."""
     (small_tasks, small_settings), (large_tasks, large) = earlier, current
     small = Memory.open(small_settings)
     assert isinstance(small, Memory)
-    try:
-        mems = {small_tasks: small, large_tasks: large}
-        for m in mems.values():
-            for t in sample:
-                m.retriever.retrieve(t.text, t.namespace, record=False)
+    mems = {small_tasks: small, large_tasks: large}
+    rng = random.Random(seed)
+
+    def measure(step: int) -> tuple[dict[int, list[int]], dict[int, dict[str, int]]]:
         times: dict[int, list[int]] = {n: [] for n in mems}
         stages: dict[int, dict[str, int]] = {n: {} for n in mems}
-        rng = random.Random(seed)
-        for t in sample:
+        for i in range(0, len(sample), step):
             order = list(mems)
             rng.shuffle(order)
             for n in order:
-                t0 = time.perf_counter_ns()
-                with recording(stages[n]):
-                    mems[n].retriever.retrieve(t.text, t.namespace, record=False)
-                times[n].append(time.perf_counter_ns() - t0)
+                for t in sample[i : i + step]:
+                    t0 = time.perf_counter_ns()
+                    with recording(stages[n]):
+                        mems[n].retriever.retrieve(t.text, t.namespace, record=False)
+                    times[n].append(time.perf_counter_ns() - t0)
+        return times, stages
+
+    try:
+        for m in mems.values():
+            for t in sample:
+                m.retriever.retrieve(t.text, t.namespace, record=False)
+        times, stages = measure(max(block, 1))
+        per_task, _ = measure(1)
     finally:
         small.close()
     per: dict[str, dict[str, Any]] = {
@@ -454,15 +471,21 @@ def paired_retrieval(
         for n in mems
     }
     ratio = per[str(large_tasks)]["p50_ms"] / per[str(small_tasks)]["p50_ms"]
+    alternating = {str(n): summarise(per_task[n])["p50_ms"] for n in mems}
+    alt_ratio = alternating[str(large_tasks)] / alternating[str(small_tasks)]
     err.write(
         f"  paired: retrieve p50 {per[str(large_tasks)]['p50_ms']} ms at {large_tasks:,} tasks against "
-        f"{per[str(small_tasks)]['p50_ms']} ms at {small_tasks:,}, measured together: {ratio:.3f}x\n"
+        f"{per[str(small_tasks)]['p50_ms']} ms at {small_tasks:,}, measured together in blocks of "
+        f"{block}: {ratio:.3f}x (alternating task by task: {alternating[str(large_tasks)]} against "
+        f"{alternating[str(small_tasks)]} ms, {alt_ratio:.3f}x)\n"
     )
     return {
         "small_tasks": small_tasks,
         "large_tasks": large_tasks,
+        "block": block,
         "by_tasks": per,
         "p50_ratio": round(ratio, 3),
+        "per_task": {"p50_ms": alternating, "p50_ratio": round(alt_ratio, 3)},
     }
 
 

@@ -14,6 +14,11 @@ MAX_RETRIEVE_P50_GROWTH = 1.5
 MAX_HOT_TO_FRESH = 1.5
 
 
+def _alternating(together: dict[str, Any]) -> str:
+    per_task = together.get("per_task")
+    return "" if per_task is None else f" (alternating task by task: ratio {per_task['p50_ratio']})"
+
+
 def checks(
     points: list[dict[str, Any]], hot_doc: dict[str, Any] | None, paired: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
@@ -79,7 +84,8 @@ def checks(
             value, detail = (
                 together["p50_ratio"],
                 f"retrieve p50 {p_large_now} ms at {large['tasks']:,} tasks against {p_small_now} ms at "
-                f"{small['tasks']:,}, both memories measured together at the end; " + apart,
+                f"{small['tasks']:,}, both memories measured together at the end in blocks of "
+                f"{together.get('block', 1)} tasks{_alternating(together)}; " + apart,
             )
         else:
             value, detail = at_checkpoints, apart

@@ -111,6 +111,7 @@ def test_the_growth_benchmark_writes_the_results_file(
     assert (together["small_tasks"], together["large_tasks"]) == (200, 400)
     assert {k: v["n"] for k, v in together["by_tasks"].items()} == {"200": 20, "400": 20}
     assert together["p50_ratio"] > 0 and set(together["by_tasks"]["400"]["stages_mean_ms"]) >= {"similar"}
+    assert together["block"] == growth.PAIR_BLOCK and together["per_task"]["p50_ratio"] > 0
     growth_check = next(c for c in doc["checks"] if c["name"] == "retrieve_p50_growth")
     assert growth_check["value"] == together["p50_ratio"] and growth_check["at_checkpoints"] > 0
     rates = doc["paired"]["throughput"]  # an empty memory's first 200 tasks beside 200 more on the grown one
