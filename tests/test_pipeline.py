@@ -203,9 +203,17 @@ def test_events_pending_across_a_cluster_restart_are_all_consolidated(
         for port in cluster.ports:
             cluster.start_node(port)
         cluster.wait_healthy()
-        wait_for(
-            lambda: consolidated(client, len(events)), 120, "every event consolidated after the restart", 0.2
-        )
+        try:
+            wait_for(
+                lambda: consolidated(client, len(events)),
+                120,
+                "every event consolidated after the restart",
+                0.2,
+            )
+        except AssertionError as exc:  # what the stream and the workers say, for a failure seen once
+            raise AssertionError(
+                f"{exc}: {applied_count(client)} applied, {EventStream(client).info()}\n{workers.logs()}"
+            ) from None
         assert len(RedisGraphStore(client).insight_ids(NS)) == 400
     finally:
         workers.stop()
