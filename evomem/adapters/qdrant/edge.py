@@ -277,7 +277,6 @@ class EdgeIndex:
             insights,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
-            first=2 * insights + 8,  # insights of templated texts often tie, as queries do
         )
         ids = named_with_heirs([h.payload for h in nearest if h.score > 0])
         if not ids:
@@ -287,11 +286,10 @@ class EdgeIndex:
             qe.FieldCondition("harms", match=qe.MatchAny(ids)),
         ]
         skip = [qe.HasIdCondition({int_query_point_id(namespace, q) for q in exclude})] if exclude else None
-        # k + 1 hits carrying their payload and vectors, in one search: cheaper than Eq. 2's way (the
-        # ids of 2k + 8, then a read of the k kept), since ties are rare among so few queries. Found
-        # by ``about`` too (the task's words): the walk over the namespace's posting lists is then
-        # that of a dozen words, not of every character n-gram, and the hits are weighed by their
-        # cosine with the whole task all the same
+        # the hits with their payload and vectors, in one search (Eq. 2's way, ids first and then a
+        # read of the k kept, cost more here). Found by ``about`` too (the task's words): the walk
+        # over the namespace's posting lists is then that of a dozen words, not of every character
+        # n-gram, and the hits are weighed by their cosine with the whole task all the same
         in_namespace = [self._match("namespace", namespace)]
         fields = ["id", "supports", "harms"]
         exact = self.idf or about is not None
@@ -326,7 +324,6 @@ class EdgeIndex:
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
-            first=2 * k + 8,
         )
         kept = [(h.payload["id"], float(h.score)) for h in hits if h.score > 0]
         records = self._read_queries(namespace, [q for q, _ in kept], with_vector=self.idf)
