@@ -287,10 +287,10 @@ class EdgeIndex:
         ]
         skip = [qe.HasIdCondition({int_query_point_id(namespace, q) for q in exclude})] if exclude else None
         # the hits with their payload and vectors in one search, not Eq. 2's ids and then a read of
-        # the k kept (measured cheaper with k + 1 hits; not re-measured with first_limit's 2k + 8,
-        # which saved the repeated searches). Found by ``about`` too (the task's words): the walk
-        # over the namespace's posting lists is then that of a dozen words, not of every character
-        # n-gram, and the hits are weighed by their cosine with the whole task all the same
+        # the k kept (cheaper with k + 1 hits; with first_limit's 2k + 8, within ±4% of each other:
+        # bench/README, "A wider first search for ties"). Found by ``about`` too (the task's words):
+        # the walk over the namespace's posting lists is then that of a dozen words, not of every
+        # character n-gram, and the hits are weighed by their cosine with the whole task all the same
         in_namespace = [self._match("namespace", namespace)]
         fields = ["id", "supports", "harms"]
         exact = self.idf or about is not None
