@@ -143,9 +143,9 @@ def serving_from_payload(p: dict[str, Any]) -> ServingInsight:
 def first_limit(k: int) -> int:
     """Hits a top-k search asks for first: a margin past k, so that a tie at the k-th score is
     usually seen whole in one search. Past queries of templated tasks often score exactly alike
-    (the same text again): with k + 1, the evidence search's second search was repeated wider in
-    41-51 of 100 retrievals of the growth benchmark's memory at 10k-40k tasks, with 2k + 8 in 2-7,
-    and the retrieval p50 was 3-11% lower, serving the same insights (bench/README, "Growth")."""
+    (the same text again); with k + 1, the evidence search's second search was repeated wider for
+    about half the retrievals of the growth benchmark's memory (bench/README, "A wider first search
+    for ties")."""
     return 2 * k + 8
 
 
