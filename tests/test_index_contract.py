@@ -320,16 +320,17 @@ def test_an_edge_store_of_an_earlier_evomem_gains_the_evidence_search_indexes(tm
     """A store written before the query collection indexed ``supports`` and ``harms`` is indexed in
     place when opened, and searched like a new one."""
     first = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
-    first.queries.update(edge.qe.UpdateOperation.delete_field_index("supports"))
-    first.queries.update(edge.qe.UpdateOperation.delete_field_index("harms"))
     first.write_insights([(insight("i"), NEAR)])
     first.write_queries([(query("q", supports=("i",)), NEAR)])
-    assert {"supports", "harms"}.isdisjoint(first.queries.info().payload_schema)
+    queries = first._queries("ns")
+    queries.update(edge.qe.UpdateOperation.delete_field_index("supports"))
+    queries.update(edge.qe.UpdateOperation.delete_field_index("harms"))
+    assert {"supports", "harms"}.isdisjoint(queries.info().payload_schema)
     first.close()
     again = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
     try:
-        assert {"supports", "harms"} <= set(again.queries.info().payload_schema)
         assert ids(again.search_evidence(PROBE, "ns", 3, 5)) == ["q"]
+        assert {"supports", "harms"} <= set(again._queries("ns").info().payload_schema)
     finally:
         again.close()
 
@@ -363,6 +364,22 @@ def test_idf_finds_the_past_query_on_the_same_subject_and_weighs_it_by_its_cosin
     assert [h.id for h in hits] == (["subject", *by_cosine[:2]] if idf else by_cosine[:3])
     assert all(math.isclose(h.score, cosine[h.id], rel_tol=1e-5) for h in hits)
     assert by_cosine[-1] == "subject"  # last of all by cosine
+
+
+@pytest.mark.parametrize("backend", ["edge", "memory"])
+def test_idf_counts_the_namespaces_own_queries_on_the_embedded_index(open_index: Opener) -> None:
+    """IDF's N is the namespace's queries, as its n is: another tenant's volume does not reorder a
+    namespace's search. With N counting every tenant's queries (a Qdrant server's one collection),
+    the 200 queries of ``b`` lift the weight of the word two of ``a``'s queries share to nearly that
+    of the word one holds, and ``two`` would come first."""
+    index = open_index(idf=True)
+    index.write_queries([(query("one", "a"), {1: 0.4}), (query("two", "a"), {2: 0.6})])
+    index.write_queries([(query("three", "a"), {2: 0.1, 3: 1.0})])
+    probe = {1: 1.0, 2: 1.0}
+    alone = ids(index.search_queries(probe, "a", 3))
+    index.write_queries([(query(f"b{n}", "b"), {1_000 + n: 1.0}) for n in range(200)])
+    index.write_queries([(query(f"c{n}", "b"), {1: 1.0, 2: 1.0}) for n in range(5)])  # b's own words
+    assert alone == ids(index.search_queries(probe, "a", 3)) == ["one", "two", "three"]
 
 
 def test_a_store_built_for_one_similarity_refuses_to_open_for_the_other(tmp_path: Path) -> None:
@@ -596,6 +613,32 @@ def test_an_open_edge_store_refuses_a_second_opener(tmp_path: Path) -> None:
         assert other.returncode == 3, other.stderr
     finally:
         holder.close()
+
+
+def test_what_persist_made_durable_outlives_a_killed_process(tmp_path: Path) -> None:
+    """A namespace's shard keeps no write-ahead log: a process killed (SIGKILL) keeps what it wrote
+    before ``persist``, which the projector calls before it moves its cursor; what it wrote after is
+    replayed from the change feed, so the reopened store only has to be readable."""
+    code = (
+        "import os, signal, sys, pathlib\nfrom evomem.adapters.qdrant.edge import EdgeIndex\n"
+        "from evomem.core.ports import QueryPoint\n"
+        "index = EdgeIndex(pathlib.Path(sys.argv[1]), 'sparse', 0)\n"
+        "def q(i): return (QueryPoint(i, 'ns', i, 'resolved', 1, ('x',), ()), {1: 1.0})\n"
+        "index.write_queries([q('kept-1'), q('kept-2')])\nindex.persist()\n"
+        "index.write_queries([q('after')])\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "qdrant")], capture_output=True, text=True, timeout=120
+    )
+    assert killed.returncode == -9, killed.stderr
+    again = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
+    try:
+        assert again.versions("query", "ns", ["kept-1", "kept-2"]) == {"kept-1": 1, "kept-2": 1}
+        assert {"kept-1", "kept-2"} <= set(ids(again.search_queries(PROBE, "ns", 5)))
+        again.write_queries([(query("after"), NEAR)])  # the replay
+        assert again.count("query") == 3
+    finally:
+        again.close()
 
 
 def test_an_unreachable_qdrant_is_a_transient_error_without_the_key(tmp_path: Path) -> None:

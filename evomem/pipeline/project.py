@@ -97,6 +97,7 @@ class Projector:
             report.queries += self._project_queries(latest["query"])
             report.insights += self._project_insights(latest["insight"])
             report.changes += len(batch)
+            self.index.persist()  # what the cursor moves past is in the index for good
             self.cursor = batch[-1].cursor
             self._save_cursor()
         return report

@@ -139,13 +139,14 @@ class InMemoryIndex:
         query = self._prepare(vector)
         with self._lock:
             held = [(q, v) for (ns, _), (q, v) in self._queries.items() if ns == namespace]
-            total = len(self._queries)
         candidates = held if keep is None else [(q, v) for q, v in held if keep(q)]
         if not self.idf:
             scored = [(self._score(query, v), q.id, q) for q, v in candidates]
             return [QueryHit(q.id, s, q.supports, q.harms) for s, _, q in self._top(scored, k)]
         # Qdrant's IDF modifier: each query weight times ln((N - n + 0.5) / (n + 0.5) + 1), N the
-        # points of the collection, n those holding the dimension (a namespace's own: see namespaced)
+        # namespace's queries, n those holding the dimension: the embedded index keeps each
+        # namespace's queries in a shard of their own (evomem/adapters/qdrant/edge.py)
+        total = len(held)
         assert isinstance(query, dict)
         df = dict.fromkeys(query, 0)
         for _, v in held:
@@ -218,6 +219,9 @@ class InMemoryIndex:
     def count(self, kind: Literal["insight", "query"]) -> int:
         with self._lock:
             return len(self._insights if kind == "insight" else self._queries)
+
+    def persist(self) -> None:
+        """Nothing outlives the process: nothing to make durable."""
 
     def close(self) -> None:
         """Nothing to release; kept so the index can stand wherever a ``VectorIndex`` is closed."""

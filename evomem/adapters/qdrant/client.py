@@ -507,6 +507,9 @@ class ClientIndex:
         with self._boundary("counting"):
             return int(self.client.count(name, exact=True).count)
 
+    def persist(self) -> None:
+        """The server makes each write durable (its write-ahead log) before it answers."""
+
     def close(self) -> None:
         self.client.close()
 

@@ -1,13 +1,22 @@
 """The retrieval index on Qdrant Edge (``qdrant-edge-py``): Qdrant's own engine, in process.
 
-Two shards under ``DATA_DIR/qdrant``: past queries (with the evidence each carries) and insights
-(with their state). Only one process may open a shard, so the process that opens it is the one
-projector for it. ``state`` is a keyword, not a bool: qdrant-edge 0.9.0 never matches a bool payload
-with ``MatchValue(True)``.
+Shards under ``DATA_DIR/qdrant``: ``insights`` (every namespace's insights, with their state), and
+under ``namespaces/`` one shard per namespace for its past queries (with the evidence each carries).
+Only one process may open a shard, so the process that opens the store is the one projector for it;
+the insights shard's write-ahead log holds that lock for the whole store. ``state`` is a keyword, not
+a bool: qdrant-edge 0.9.0 never matches a bool payload with ``MatchValue(True)``.
+
+Why a shard per namespace: a sparse search walks the posting lists of the query's dimensions in
+batches over the range of point offsets they span. In one shard shared by every namespace, a
+namespace's queries are interleaved with all the others', so its searches span the whole shard; in
+a shard of its own they span its own queries only. On the growth benchmark's 100k-task memory
+(10 tenants) Eq. 2's search took 1.5 against 0.85-1.0 ms (bench/README, "A shard per namespace").
 """
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -40,9 +49,14 @@ from evomem.errors import ConfigError, EvomemError, StoreError, StoreLockedError
 #: milliseconds (bench/README.md). Applies to shards created from now on.
 SPARSE_FULL_SCAN_THRESHOLD = 500
 #: payload, vectors and point ids (evomem/adapters/qdrant/common.py); 3: sparse dimensions per
-#: namespace; 4: 64-bit integer point ids
-LAYOUT = "4"
+#: namespace; 4: 64-bit integer point ids; 5: a shard of past queries per namespace
+LAYOUT = "5"
 _LAYOUT_FILE = "LAYOUT"
+_NAMESPACES = "namespaces"  # one directory per namespace, named by its hash, holding its queries' shard
+_NAMESPACE_FILE = "NAMESPACE"  # the namespace a directory under namespaces/ belongs to, as written
+_SIMILARITY_FILE = "SIMILARITY"  # idf or cosine: what the namespaces' shards were built for
+#: a namespace's own shard needs no namespace index: every point in it is the namespace's
+_NAMESPACE_QUERY_INDEXES = tuple(f for f in QUERY_INDEXES if f[0] != "namespace")
 
 
 class _Guarded:
@@ -101,15 +115,19 @@ class EdgeIndex:
         self.memory = _MEMORY[memory]
         self.identity = edge_identity(self.dir)
         self.kind = kind
+        self.dim = dim
         self.fresh = False
         self._check_layout()
-        self.queries = self._open("queries", kind, dim, QUERY_INDEXES, idf=self.idf)
-        try:
-            self.insights = self._open("insights", kind, dim, INSIGHT_INDEXES)
-        except BaseException:
-            self.queries.close()
-            raise
+        # opened first: its write-ahead log's lock keeps a second process out of the whole store
+        # (the namespaces' shards keep no log, see ``persist``)
+        self.insights = self._open(self.dir / "insights", self._config(), INSIGHT_INDEXES)
         (self.dir / _LAYOUT_FILE).write_text(LAYOUT + "\n")
+        self._check_similarity()
+        # each namespace's queries, opened on first use; written by the projector's thread, read by
+        # any (the HTTP service's), so opening one is under a lock
+        self._namespaces: dict[str, Any] = {}
+        self._opening = threading.Lock()
+        self._unflushed: set[str] = set()
         # the namespaces that may hold an active insight which took others' evidence over (a REVISE,
         # a merge): only there does serving look for heirs. This process is the store's one writer,
         # so the set it keeps from its own writes stays a superset of the truth.
@@ -117,7 +135,9 @@ class EdgeIndex:
 
     def _check_layout(self) -> None:
         marker = self.dir / _LAYOUT_FILE
-        has_data = any((self.dir / name / "segments").exists() for name in ("queries", "insights"))
+        has_data = any((self.dir / name / "segments").exists() for name in ("queries", "insights")) or any(
+            (self.dir / _NAMESPACES).glob("*/segments")
+        )
         found = marker.read_text().strip() if marker.exists() else None
         if has_data and found != LAYOUT:
             raise ConfigError(
@@ -125,23 +145,42 @@ class EdgeIndex:
                 "only a read model of Redis: delete that directory and it is rebuilt from Redis"
             )
 
-    def _open(
-        self, name: str, kind: str, dim: int, indexes: Sequence[tuple[str, str]], idf: bool = False
-    ) -> Any:
-        path = self.dir / name
-        # the payload stays on disk (Edge's default, mmap); ``memory`` places the vectors' index
-        if kind == "sparse":
-            # IDF is applied at search time from the posting lists' lengths; since every dimension
-            # is namespaced, a word's document frequency is counted within its namespace
+    def _check_similarity(self) -> None:
+        """The namespaces' shards are opened on first use; the similarity they were built for is
+        checked here, at open, for all of them."""
+        marker = self.dir / _SIMILARITY_FILE
+        wanted = "idf" if self.idf else "cosine"
+        built = marker.read_text().strip() if marker.exists() else None
+        if built is None:
+            marker.write_text(wanted + "\n")
+        elif built != wanted:
+            self.insights.close()
+            raise ConfigError(
+                f"the embedded Qdrant store at {self.dir} was built for EVOMEM_SIMILARITY={built}; "
+                "it is only a read model of Redis: delete that directory and it is rebuilt from "
+                "Redis with the similarity configured now"
+            )
+
+    def _config(self, queries: bool = False) -> Any:
+        """The configuration of the insights shard, or (``queries``) of a namespace's queries. The
+        payload stays on disk (Edge's default, mmap); ``memory`` places the vectors' index."""
+        # a namespace's shard: one search thread (a search walks its one segment on one thread
+        # anyway, and a process holds a shard per namespace), no write-ahead log (``persist``)
+        own: dict[str, Any] = {"max_search_threads": 1, "wal_enabled": False} if queries else {}
+        if self.kind == "sparse":
+            # IDF is applied at search time from the posting lists' lengths: with every namespace's
+            # queries in a shard of their own, both the count of queries and a word's document
+            # frequency are the namespace's
             sparse = qe.EdgeSparseVectorParams(
                 full_scan_threshold=SPARSE_FULL_SCAN_THRESHOLD,
                 memory=self.memory,
-                modifier=qe.Modifier.Idf if idf else None,
+                modifier=qe.Modifier.Idf if queries and self.idf else None,
             )
-            config = qe.EdgeConfig(sparse_vectors={VECTOR_NAME: sparse}, payload_memory=qe.Memory.Cold)
-        else:
-            params = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=self.memory)
-            config = qe.EdgeConfig(vectors={VECTOR_NAME: params}, payload_memory=qe.Memory.Cold)
+            return qe.EdgeConfig(sparse_vectors={VECTOR_NAME: sparse}, payload_memory=qe.Memory.Cold, **own)
+        params = qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine, memory=self.memory)
+        return qe.EdgeConfig(vectors={VECTOR_NAME: params}, payload_memory=qe.Memory.Cold, **own)
+
+    def _open(self, path: Path, config: Any, indexes: Sequence[tuple[str, str]]) -> Any:
         try:
             if (path / "segments").exists():
                 # the configuration given again: a changed EVOMEM_INDEX_MEMORY applies to a store
@@ -153,7 +192,7 @@ class EdgeIndex:
             shard = _Guarded(qe.EdgeShard.create(str(path), config), str(path))
         except Exception as exc:  # the engine raises a bare exception type for a held WAL lock
             if "modifier" in str(exc):
-                built = "cosine" if idf else "idf"
+                built = "cosine" if self.idf else "idf"
                 raise ConfigError(
                     f"the embedded Qdrant store at {self.dir} was built for EVOMEM_SIMILARITY={built}; "
                     "it is only a read model of Redis: delete that directory and it is rebuilt from "
@@ -165,10 +204,51 @@ class EdgeIndex:
                     "hold it. Connect to that process's service (EVOMEM_URL) or set EVOMEM_QDRANT_URL."
                 ) from None
             raise
-        self.fresh = True
+        if path.name == "insights":  # a namespace's shard is new whenever it first has a query
+            self.fresh = True
         # payload indexes before the first write, so every segment is built with them
         self._index_fields(shard, indexes, set())
         return shard
+
+    def _namespace_dir(self, namespace: str) -> Path:
+        # named by a hash: a namespace may hold any character; NAMESPACE inside says whose it is
+        return self.dir / _NAMESPACES / hashlib.sha256(namespace.encode()).hexdigest()[:32]
+
+    def _queries(self, namespace: str, create: bool = False) -> Any | None:
+        """The shard of the namespace's past queries, opened on first use; None when it has none
+        yet (unless ``create``)."""
+        shard = self._namespaces.get(namespace)
+        if shard is not None:
+            return shard
+        path = self._namespace_dir(namespace)
+        with self._opening:
+            shard = self._namespaces.get(namespace)
+            if shard is not None:
+                return shard
+            marker = path / _NAMESPACE_FILE
+            if (path / "segments").exists():
+                owner = marker.read_text(encoding="utf-8") if marker.exists() else None
+                if owner != namespace:
+                    raise StoreError(
+                        f"{path} holds the queries of namespace {owner!r}, not of {namespace!r}; the "
+                        f"embedded Qdrant store at {self.dir} is only a read model of Redis: delete "
+                        "that directory and it is rebuilt from Redis"
+                    )
+            elif not create:
+                return None
+            else:
+                path.mkdir(parents=True, exist_ok=True)
+                marker.write_text(namespace, encoding="utf-8")
+            shard = self._open(path, self._config(queries=True), _NAMESPACE_QUERY_INDEXES)
+            self._namespaces[namespace] = shard
+            return shard
+
+    def _all_queries(self) -> list[Any]:
+        """Every namespace's queries' shard, the ones not opened yet opened."""
+        for marker in sorted((self.dir / _NAMESPACES).glob(f"*/{_NAMESPACE_FILE}")):
+            if (marker.parent / "segments").exists():
+                self._queries(marker.read_text(encoding="utf-8"))
+        return list(self._namespaces.values())
 
     @staticmethod
     def _index_fields(shard: Any, indexes: Sequence[tuple[str, str]], held: set[str]) -> None:
@@ -197,9 +277,23 @@ class EdgeIndex:
 
     # -- writes (the projector's) --------------------------------------------------------------
     def write_queries(self, points: Sequence[tuple[QueryPoint, Vector | None]]) -> None:
-        pairs = latest(points)
-        ids = {int_query_point_id(p.namespace, p.id): (p, v) for p, v in pairs}
-        self._write(self.queries, ids, query_payload)
+        by_namespace: dict[str, dict[int, tuple[QueryPoint, Vector | None]]] = {}
+        for p, v in latest(points):
+            by_namespace.setdefault(p.namespace, {})[int_query_point_id(p.namespace, p.id)] = (p, v)
+        for namespace, by_point in by_namespace.items():
+            shard = self._queries(namespace, create=True)
+            self._unflushed.add(namespace)
+            self._write(shard, by_point, query_payload)
+
+    def persist(self) -> None:
+        """Make every write so far durable. A namespace's shard keeps no write-ahead log (one of
+        64 MB on disk per namespace otherwise): what was written to it since its last flush is lost
+        if the process dies, so the projector calls this before it moves its cursor past the
+        changes, and replays them otherwise. A flush took about 2 ms (bench/README)."""
+        with self._opening:
+            names, self._unflushed = self._unflushed, set()
+        for namespace in names:
+            self._namespaces[namespace].flush()
 
     def write_insights(self, points: Sequence[tuple[InsightPoint, Vector | None]]) -> None:
         pairs = latest(points)
@@ -246,11 +340,14 @@ class EdgeIndex:
     ) -> Any:
         if not vector or k <= 0:
             return []
+        filtered = conditions or should or must_not
         return shard.query(
             qe.QueryRequest(
                 limit=k,
                 query=qe.Query.Nearest(self._vector(vector)[VECTOR_NAME], using=VECTOR_NAME),
-                filter=qe.Filter(must=conditions, should=should or None, must_not=must_not or None),
+                filter=qe.Filter(must=conditions or None, should=should or None, must_not=must_not or None)
+                if filtered
+                else None,
                 with_payload=fields,
                 with_vector=with_vector,
             )
@@ -279,7 +376,8 @@ class EdgeIndex:
             lambda h: h.payload["id"],
         )
         ids = named_with_heirs([h.payload for h in nearest if h.score > 0])
-        if not ids:
+        queries = self._queries(namespace)
+        if not ids or queries is None:
             return []
         evidence = [
             qe.FieldCondition("supports", match=qe.MatchAny(ids)),
@@ -291,12 +389,11 @@ class EdgeIndex:
         # bench/README, "A wider first search for ties"). Found by ``about`` too (the task's words):
         # the walk over the namespace's posting lists is then that of a dozen words, not of every
         # character n-gram, and the hits are weighed by their cosine with the whole task all the same
-        in_namespace = [self._match("namespace", namespace)]
         fields = ["id", "supports", "harms"]
         exact = self.idf or about is not None
         hits = top_k_deterministic(
             lambda limit: self._nearest(
-                self.queries, by_text, in_namespace, limit, fields, evidence, skip, with_vector=exact
+                queries, by_text, [], limit, fields, evidence, skip, with_vector=exact
             ),
             k,
             lambda h: float(h.score),
@@ -317,11 +414,14 @@ class EdgeIndex:
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
         # ids and scores of a few more than k (past queries of templated tasks often score exactly
         # alike: the cut must see every tie), then the evidence of the k kept, by id: the evidence
-        # arrays are read for k queries only, and one search suffices unless the tie runs longer
-        conditions = [self._match("namespace", namespace)]
+        # arrays are read for k queries only, and one search suffices unless the tie runs longer.
+        # The namespace's own shard: no filter
+        queries = self._queries(namespace)
+        if queries is None:
+            return []
         probe = namespaced(vector, namespace)
         hits = top_k_deterministic(
-            lambda limit: self._nearest(self.queries, probe, conditions, limit, ["id"]),
+            lambda limit: self._nearest(queries, probe, [], limit, ["id"]),
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
@@ -347,10 +447,11 @@ class EdgeIndex:
         self, namespace: str, ids: Collection[str], with_vector: bool = False
     ) -> dict[str, tuple[dict[str, Any], Any]]:
         """{query id: (its payload, its stored vector or None)} for the ids of the namespace."""
-        if not ids:
+        queries = self._queries(namespace)
+        if not ids or queries is None:
             return {}
         pids = [int_query_point_id(namespace, q) for q in ids]
-        records = self.queries.retrieve(pids, ["id", "namespace", "supports", "harms"], with_vector)
+        records = queries.retrieve(pids, ["id", "namespace", "supports", "harms"], with_vector)
         out = {}
         for r in records:
             payload = r.payload
@@ -422,7 +523,9 @@ class EdgeIndex:
         if not ids:
             return {}
         if kind == "query":
-            records = self.queries.retrieve(
+            if (queries := self._queries(namespace)) is None:
+                return {}
+            records = queries.retrieve(
                 [int_query_point_id(namespace, q) for q in ids], ["id", "namespace", "version"], False
             )
         else:
@@ -434,11 +537,11 @@ class EdgeIndex:
         }
 
     def count(self, kind: Literal["insight", "query"]) -> int:
-        shard = self.insights if kind == "insight" else self.queries
-        return int(shard.count(qe.CountRequest(exact=True)))
+        shards = [self.insights] if kind == "insight" else self._all_queries()
+        return sum(int(shard.count(qe.CountRequest(exact=True))) for shard in shards)
 
     def close(self) -> None:
-        for shard in (self.queries, self.insights):
+        for shard in (*self._namespaces.values(), self.insights):
             shard.flush()
             shard.close()
 
