@@ -221,7 +221,14 @@ class Runtime:
             Retriever(self.graph, index, self.embedder, settings, self.namespace_settings) if index else None
         )
         self.projector = (
-            Projector(self.graph, index, self.embedder, self.changes, link_k=settings.top_k)
+            Projector(
+                self.graph,
+                index,
+                self.embedder,
+                self.changes,
+                link_k=settings.top_k,
+                persist_every_s=settings.index_flush_s,
+            )
             if index
             else None
         )
@@ -292,6 +299,11 @@ class Runtime:
         self._closed = True
         if self._follower is not None:
             self._follower.stop()
+        if self.projector is not None:
+            try:
+                self.projector.checkpoint()
+            except Exception as exc:  # closing goes on: the saved cursor is behind, and replays
+                log.warning("projector.checkpoint_failed", error=f"{type(exc).__name__}: {exc}")
         if self.retriever is not None:
             self.retriever.close()
         if self.index is not None:

@@ -48,6 +48,13 @@ class Settings(BaseSettings):
         description="where the embedded store keeps its vectors' index: pinned in RAM, cached (mapped, "
         "paged in on use), cold (read from disk); the payload is always on disk",
     )
+    index_flush_s: float = Field(
+        5.0,
+        ge=0,
+        le=3600,
+        description="seconds between flushes of the embedded store's namespace shards; the projector "
+        "saves its cursor only past what was flushed, so a killed process replays at most this much",
+    )
 
     top_k: int = Field(5, ge=1, le=1000, description="similar past queries per retrieval (k, Eq. 2)")
     hops: int = Field(1, ge=0, le=4, description="query-graph expansion depth (Eq. 3)")

@@ -288,8 +288,9 @@ class EdgeIndex:
     def persist(self) -> None:
         """Make every write so far durable. A namespace's shard keeps no write-ahead log (one of
         64 MB on disk per namespace otherwise): what was written to it since its last flush is lost
-        if the process dies, so the projector calls this before it moves its cursor past the
-        changes, and replays them otherwise. A flush took about 2 ms (bench/README)."""
+        if the process dies, so the projector saves its cursor past the changes only after this
+        (``Projector.checkpoint``), and projects them again otherwise. A flush took 2-5 ms a
+        namespace (bench/README, "A shard per namespace")."""
         with self._opening:
             names, self._unflushed = self._unflushed, set()
         for namespace in names:
