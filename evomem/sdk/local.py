@@ -265,7 +265,8 @@ class LocalMemory:
         return out
 
     def projector_lags(self, cap: int = 100_000) -> dict[str, int]:
-        """Changes each known projector has not applied yet (from the cursors they keep in Redis)."""
+        """Changes each known projector has not applied yet (from the cursors they keep in Redis:
+        an embedded store's moves once what it projected is flushed, every ``INDEX_FLUSH_S``)."""
         return self.runtime.changes.lags(cap)
 
     def close(self) -> None:

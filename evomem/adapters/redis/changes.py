@@ -68,7 +68,9 @@ class RedisChangeFeed:
         return len(self.r.xrange(keys.CHANGES_STREAM, min=f"({after}", max=upto, count=cap))
 
     def lags(self, cap: int = 100_000) -> dict[str, int]:
-        """Changes each known read model has not applied yet (from the cursors kept in Redis)."""
+        """Changes each known read model has not applied yet (from the cursors kept in Redis, which
+        an embedded store's projector moves once what it projected is flushed: up to
+        ``EVOMEM_INDEX_FLUSH_S`` behind what it serves)."""
         prefix = keys.projector_cursor("")
         lags = {}
         for key in self.r.scan_iter(match=prefix + "*"):
