@@ -82,13 +82,14 @@ class Projector:
         self.persist_every_s = persist_every_s
         self._saved = self.cursor
         self._persisted_at = time.monotonic()
+        if index.fresh and feed is not None:
+            # a new (or rebuilt) store starts from the beginning: the cursor an earlier store left
+            # in the feed must not outlive it, or a process killed before its first checkpoint would
+            # come back to a store that is no longer fresh and resume past what it never flushed
+            feed.save_cursor(index.identity, self.cursor)
 
     def _changes(self, after: str, count: int) -> list[Change]:
         return (self.feed or self.graph).changes(after, count)
-
-    def _save_cursor(self) -> None:
-        if self.feed is not None:
-            self.feed.save_cursor(self.index.identity, self.cursor)
 
     def run_once(self, max_changes: int = 100_000) -> ProjectionReport:
         """Project everything the feed holds past the cursor (up to ``max_changes``)."""
@@ -113,14 +114,16 @@ class Projector:
         """Make what was projected durable in the index and save the cursor past it; unless
         ``force``, only once ``persist_every_s`` have passed since the last time. A flush of the
         embedded store costs 2-5 ms a namespace written (bench/README, "A shard per namespace")."""
-        if self.cursor == self._saved:
+        cursor = self.cursor  # set after its batch was written: everything up to it is in the index
+        if cursor == self._saved:
             return
         if not force and time.monotonic() - self._persisted_at < self.persist_every_s:
             return
         self.index.persist()
         self._persisted_at = time.monotonic()
-        self._save_cursor()
-        self._saved = self.cursor
+        if self.feed is not None:  # the cursor read before the flush: a batch written since is not past it
+            self.feed.save_cursor(self.index.identity, cursor)
+        self._saved = cursor
 
     def _held(
         self, kind: Literal["insight", "query"], announced: Mapping[EventKey, int]
