@@ -641,6 +641,21 @@ def test_what_persist_made_durable_outlives_a_killed_process(tmp_path: Path) -> 
         again.close()
 
 
+def test_a_namespace_directory_holding_another_namespace_is_refused(tmp_path: Path) -> None:
+    """A namespace's shard is found by the hash of its name; the NAMESPACE file inside must name it,
+    or the store is not the one this process wrote."""
+    first = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
+    first.write_queries([(query("q", "a"), NEAR)])
+    first.close()
+    next((tmp_path / "qdrant" / "namespaces").glob("*/NAMESPACE")).write_text("b", encoding="utf-8")
+    again = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
+    try:
+        with pytest.raises(StoreError, match="holds the queries of namespace 'b', not of 'a'"):
+            again.search_queries(PROBE, "a", 3)
+    finally:
+        again.close()
+
+
 def test_an_unreachable_qdrant_is_a_transient_error_without_the_key(tmp_path: Path) -> None:
     secret = "sk-very-secret-key"
     settings = Settings(

@@ -9,8 +9,10 @@ a bool: qdrant-edge 0.9.0 never matches a bool payload with ``MatchValue(True)``
 Why a shard per namespace: a sparse search walks the posting lists of the query's dimensions in
 batches over the range of point offsets they span. In one shard shared by every namespace, a
 namespace's queries are interleaved with all the others', so its searches span the whole shard; in
-a shard of its own they span its own queries only. On the growth benchmark's 100k-task memory
-(10 tenants) Eq. 2's search took 1.5 against 0.85-1.0 ms (bench/README, "A shard per namespace").
+a shard of its own they span its own queries only. On copies of the growth benchmark's 100k-task
+memory (10 tenants) Eq. 2's search took 1.5 against 0.85-1.0 ms, and ``python -m bench.growth``'s
+paired retrieve p50 ratio (100k over 10k tasks) went from 1.71x to 1.49x (bench/README, "A shard
+per namespace").
 """
 
 from __future__ import annotations
@@ -155,11 +157,14 @@ class EdgeIndex:
             marker.write_text(wanted + "\n")
         elif built != wanted:
             self.insights.close()
-            raise ConfigError(
-                f"the embedded Qdrant store at {self.dir} was built for EVOMEM_SIMILARITY={built}; "
-                "it is only a read model of Redis: delete that directory and it is rebuilt from "
-                "Redis with the similarity configured now"
-            )
+            raise self._built_for(built)
+
+    def _built_for(self, similarity: str) -> ConfigError:
+        return ConfigError(
+            f"the embedded Qdrant store at {self.dir} was built for EVOMEM_SIMILARITY={similarity}; "
+            "it is only a read model of Redis: delete that directory and it is rebuilt from "
+            "Redis with the similarity configured now"
+        )
 
     def _config(self, queries: bool = False) -> Any:
         """The configuration of the insights shard, or (``queries``) of a namespace's queries. The
@@ -192,12 +197,7 @@ class EdgeIndex:
             shard = _Guarded(qe.EdgeShard.create(str(path), config), str(path))
         except Exception as exc:  # the engine raises a bare exception type for a held WAL lock
             if "modifier" in str(exc):
-                built = "cosine" if self.idf else "idf"
-                raise ConfigError(
-                    f"the embedded Qdrant store at {self.dir} was built for EVOMEM_SIMILARITY={built}; "
-                    "it is only a read model of Redis: delete that directory and it is rebuilt from "
-                    "Redis with the similarity configured now"
-                ) from None
+                raise self._built_for("cosine" if self.idf else "idf") from None
             if "WouldBlock" in str(exc):
                 raise StoreLockedError(
                     f"the embedded Qdrant store at {path} is open in another process; only one process may "
