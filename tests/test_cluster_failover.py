@@ -27,7 +27,7 @@ from pipeline_helpers import (
 )
 
 from evomem import Settings, keys
-from evomem.adapters.redis.connection import Client, connect
+from evomem.adapters.redis.connection import Client, ClusterClient, connect
 from evomem.adapters.redis.events import EventStream
 from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.adapters.redis.local_cluster import LocalCluster
@@ -149,3 +149,34 @@ def test_the_event_stream_master_killed_mid_run(
 ) -> None:
     ns = namespace_away_from_the_stream(cluster)
     run_with_a_failover(cluster, tmp_path, server_url, keys.EVENTS_STREAM, ns)
+
+
+def test_a_killed_default_node_does_not_stop_the_workers_reading_events(cluster: LocalCluster) -> None:
+    """redis-py finds the keys of XREADGROUP on its default node. When a failover kills that node, a
+    read may fail once; the next one reads the events (every read failed for good before)."""
+    client = connect(cluster.url)
+    try:
+        stream = EventStream(client)
+        published = event("fleet-0", "a task before the failover", "resolved")
+        publish(stream, published)
+        stream_master = cluster.master_of(keys.EVENTS_STREAM)
+        victim = next(
+            cluster.master_of(k)
+            for k in (f"key-{i}" for i in range(100))
+            if cluster.master_of(k) != stream_master
+        )
+        assert isinstance(client, ClusterClient)
+        client.replace_default_node(client.get_node(host="127.0.0.1", port=victim))
+        cluster.kill(victim)
+        cluster.wait_healthy()
+        failures = 0
+        while failures < 3:
+            try:
+                entries = stream.read("reader", 10)
+                break
+            except TransientError:
+                failures += 1
+        assert failures < 3, "the reads kept failing on the dead default node"
+        assert [TaskEvent.model_validate_json(e.raw or b"").event_id for e in entries] == [published.event_id]
+    finally:
+        client.close()

@@ -136,6 +136,13 @@ class ClusterClient(RedisCluster):
         except NoScriptError:
             raise
         except (redis.RedisError, RedisClusterException) as exc:
+            if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+                # redis-py finds the keys of XREADGROUP, XREAD and other commands whose keys move
+                # (COMMAND GETKEYS) on its default node, before its own retries, and replaces that
+                # node only when a command sent to it fails. A default node killed in a failover
+                # would fail every such command for good: the workers would stop reading events.
+                # Any other node will do; the next attempt resolves the keys there.
+                self.replace_default_node()
             raise translate(exc, args) from exc
 
     def register_script(self, script: Any) -> Any:
