@@ -20,7 +20,7 @@ from redis.crc import key_slot
 
 from evomem import Memory, Settings, keys
 from evomem.adapters.llm.ratelimit import RateLimiter
-from evomem.adapters.redis.connection import Client, ClusterClient, connect
+from evomem.adapters.redis.connection import Client, ClusterClient, cluster_seeds, connect
 from evomem.adapters.redis.events import EventStream
 from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.adapters.redis.local_cluster import LocalCluster
@@ -241,6 +241,28 @@ def test_a_cluster_url_needs_its_own_broker(
     client.close()
     with pytest.raises(TransientError, match="unreachable"):
         connect("redis+cluster://127.0.0.1:1")
+
+
+def test_a_cluster_url_may_name_several_nodes() -> None:
+    assert cluster_seeds("redis://u:p@h1:7000,h2:7001,[::1]:7002/0?ssl_cert_reqs=none") == (
+        "redis://u:p@h1:7000/0?ssl_cert_reqs=none",
+        [("h2", 7001), ("::1", 7002)],
+    )
+    assert cluster_seeds("rediss://h1:7000,h2") == ("rediss://h1:7000", [("h2", 6379)])
+    assert cluster_seeds("redis://h1:7000") == ("redis://h1:7000", [])
+    with pytest.raises(ConfigError, match="not host:port: 'h2:seventy'"):
+        cluster_seeds("redis://h1:7000,h2:seventy")
+
+
+def test_a_process_connects_while_the_first_node_of_its_url_is_down(redis_cluster: LocalCluster) -> None:
+    """What a worker restarted after the master its URL named died meets: the next node answers."""
+    alive = redis_cluster.running()[0]
+    client = connect(f"redis+cluster://127.0.0.1:1,127.0.0.1:{alive}")
+    try:
+        assert client.ping()
+        assert len(client.get_primaries()) == redis_cluster.masters  # type: ignore[attr-defined]
+    finally:
+        client.close()
 
 
 def test_a_memory_moves_from_one_server_to_a_cluster_by_export_and_import(

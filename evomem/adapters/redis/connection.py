@@ -24,6 +24,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import redis
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.client import Pipeline
-from redis.cluster import ClusterPipeline, RedisCluster
+from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.exceptions import ClusterError, NoScriptError, RedisClusterException, TryAgainError
 from redis.retry import Retry
 
@@ -439,15 +440,40 @@ def is_cluster_url(url: str) -> bool:
     return url.split("://", 1)[0] in CLUSTER_SCHEMES
 
 
+def cluster_seeds(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """A cluster URL with several nodes, ``redis+cluster://[user:password@]host:port,host:port/...``,
+    as the URL of its first node and the (host, port) of the others. A client discovers the cluster
+    from whichever of them answers: a process started while one of them is down still connects."""
+    scheme, _, rest = url.partition("://")
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    userinfo, at, hosts = netloc.rpartition("@")
+    first, *others = hosts.split(",")
+    seeds = []
+    for other in others:
+        parts = urllib.parse.urlsplit(f"//{other}")
+        try:
+            port = parts.port or 6379
+        except ValueError:
+            port = None
+        if not parts.hostname or port is None:
+            raise ConfigError(f"EVOMEM_REDIS_URL names a cluster node that is not host:port: {other!r}")
+        seeds.append((parts.hostname, port))
+    return f"{scheme}://{userinfo}{at}{first}{tail}", seeds
+
+
 def connect(url: str) -> Client:
     """A client for any Redis URL (``redis://``, ``rediss://``, ``unix://``, and a Redis Cluster as
-    ``redis+cluster://`` or ``rediss+cluster://`` with any one node as host). Retries are few and
-    short: a call on an agent's path should fail over (or fail open) fast, not back off for seconds."""
+    ``redis+cluster://`` or ``rediss+cluster://`` with one node or several, comma-separated, as
+    host). Retries are few and short: a call on an agent's path should fail over (or fail open)
+    fast, not back off for seconds."""
     scheme, _, rest = url.partition("://")
     if scheme in CLUSTER_SCHEMES:
+        first, seeds = cluster_seeds(f"{CLUSTER_SCHEMES[scheme]}://{rest}")
         try:
             return ClusterClient.from_url(
-                f"{CLUSTER_SCHEMES[scheme]}://{rest}",
+                first,
+                startup_nodes=[ClusterNode(host, port) for host, port in seeds],  # type: ignore[no-untyped-call]
                 client_name=client_name(),
                 socket_timeout=30,
                 socket_connect_timeout=2,
@@ -476,6 +502,7 @@ __all__ = [
     "ClusterClient",
     "EmbeddedRedis",
     "RedisClient",
+    "cluster_seeds",
     "connect",
     "durable",
     "is_cluster",
