@@ -68,7 +68,8 @@ class LocalCluster:
 
     @property
     def url(self) -> str:
-        return f"redis+cluster://127.0.0.1:{self.ports[0]}"
+        """Every node, as a deployment should name them: a client connects through any that answers."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in self.ports)
 
     def node(self, port: int) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, socket_connect_timeout=1)
