@@ -259,7 +259,7 @@ def test_any_language_can_publish_with_redis_cli(
         '"proposed_insight": "Clear the top block first."}'
     )
     if is_cluster_url(redis_url):  # -c: follow the cluster's redirections
-        host, port = redis_url.split("://", 1)[1].rsplit(":", 1)
+        host, port = redis_url.split("://", 1)[1].split(",")[0].rsplit(":", 1)  # its first node
         target = ["-c", "-h", host, "-p", port]
     elif redis_url.startswith("unix://"):
         target = ["-s", redis_url.removeprefix("unix://")]
