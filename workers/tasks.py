@@ -3,10 +3,12 @@ built for this process by ``evomem.runtime.open_worker``."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery import signals
 
+from evomem.errors import TransientError
 from evomem.ops import tracing
 from evomem.pipeline.worker import ConsolidationWorker
 from evomem.runtime import open_worker
@@ -14,6 +16,13 @@ from workers.app import app
 from workers.config import TASK_NAME, settings_of
 
 _worker: ConsolidationWorker | None = None
+#: After a task that failed because Redis was unreachable, the worker process waits this long before
+#: failing it, doubled for each such failure in a row up to ``BACKOFF_CAP_S``. The pump keeps the
+#: queue topped up, so without the wait an outage is retried as fast as tasks can fail, each failure
+#: logged with its traceback (a dozen a second per worker). The events wait in the stream meanwhile.
+BACKOFF_BASE_S = 0.1
+BACKOFF_CAP_S = 2.0
+_failures = 0  # tasks failed in a row on an unreachable Redis, in this process
 
 
 def process_worker() -> ConsolidationWorker:
@@ -34,8 +43,20 @@ def _fresh_after_fork(**_: Any) -> None:
 @app.task(name=TASK_NAME)
 def consolidate() -> dict[str, object]:
     """Drain the event stream for a while: reclaim, read, decide, apply, ack."""
+    global _failures
     settings = settings_of(app)
     try:
-        return process_worker().drain(budget_s=settings.batch_time_limit_s / 2).as_dict()
+        report = process_worker().drain(budget_s=settings.batch_time_limit_s / 2).as_dict()
+    except TransientError:
+        _failures += 1
+        time.sleep(backoff_s(_failures))
+        raise
     finally:
         tracing.flush()
+    _failures = 0
+    return report
+
+
+def backoff_s(failures: int) -> float:
+    """The wait after the ``failures``-th task in a row failed on an unreachable Redis."""
+    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** (failures - 1))

@@ -1,0 +1,53 @@
+"""A worker task that fails because Redis is unreachable waits before it fails, longer each time in a
+row: the pump keeps the queue topped up, so an outage is not retried as fast as tasks can fail."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import workers.tasks as tasks
+from evomem.errors import TransientError
+
+
+class _Report:
+    def as_dict(self) -> dict[str, object]:
+        return {"events": 1}
+
+
+class _Worker:
+    """Fails on an unreachable Redis ``failures`` times, then drains."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+
+    def drain(self, budget_s: float, block_ms: int | None = None) -> _Report:
+        if self.failures:
+            self.failures -= 1
+            raise TransientError("redis unreachable while reading events")
+        return _Report()
+
+
+def test_the_wait_doubles_with_each_failure_in_a_row_and_a_success_resets_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    waits: list[float] = []
+    # the module's own reference to ``time``: patching time.sleep itself would also catch the sleeps
+    # of any other thread of the test process
+    monkeypatch.setattr(tasks, "time", SimpleNamespace(sleep=waits.append))
+    monkeypatch.setattr(tasks, "_failures", 0)
+    monkeypatch.setattr(tasks, "_worker", _Worker(failures=7))
+    outcomes: list[Any] = []
+    for _ in range(8):
+        try:
+            outcomes.append(tasks.consolidate())
+        except TransientError:
+            outcomes.append("failed")
+    assert outcomes == ["failed"] * 7 + [{"events": 1}]
+    assert waits == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+    monkeypatch.setattr(tasks, "_worker", _Worker(failures=1))
+    with pytest.raises(TransientError):
+        tasks.consolidate()
+    assert waits[-1] == 0.1, "a success in between starts the waits over"
