@@ -19,7 +19,8 @@ _worker: ConsolidationWorker | None = None
 #: After a task that failed because Redis was unreachable, the worker process waits this long before
 #: failing it, doubled for each such failure in a row up to ``BACKOFF_CAP_S``. The pump keeps the
 #: queue topped up, so without the wait an outage is retried as fast as tasks can fail, each failure
-#: logged with its traceback (a dozen a second per worker). The events wait in the stream meanwhile.
+#: logged with its traceback (about a dozen a second per worker in the failover test). The events
+#: wait in the stream meanwhile.
 BACKOFF_BASE_S = 0.1
 BACKOFF_CAP_S = 2.0
 _failures = 0  # tasks failed in a row on an unreachable Redis, in this process
