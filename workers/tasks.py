@@ -60,4 +60,4 @@ def consolidate() -> dict[str, object]:
 
 def backoff_s(failures: int) -> float:
     """The wait after the ``failures``-th task in a row failed on an unreachable Redis."""
-    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** (failures - 1))
+    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(failures - 1, 16))  # 2.0**1024 overflows
