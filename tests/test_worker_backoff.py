@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import workers.tasks as tasks
+from evomem.backoff import capped_doubling
 from evomem.errors import TransientError
 
 
@@ -51,3 +52,11 @@ def test_the_wait_doubles_with_each_failure_in_a_row_and_a_success_resets_it(
     with pytest.raises(TransientError):
         tasks.consolidate()
     assert waits[-1] == 0.1, "a success in between starts the waits over"
+
+
+def test_the_shared_doubling_starts_at_its_base_and_never_passes_its_cap() -> None:
+    assert capped_doubling(0, 0.1, 2.0) == 0.0
+    assert [capped_doubling(n, 0.05, 5.0) for n in (1, 2, 3, 7, 8)] == [0.05, 0.1, 0.2, 3.2, 5.0]
+    # hours of failures in a row (2.0 ** 1024 overflows a float): still the cap, not an error
+    assert capped_doubling(10**6, 0.1, 2.0) == 2.0
+    assert tasks.backoff_s(10**6) == tasks.BACKOFF_CAP_S

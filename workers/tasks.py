@@ -8,6 +8,7 @@ from typing import Any
 
 from celery import signals
 
+from evomem.backoff import capped_doubling
 from evomem.errors import TransientError
 from evomem.ops import tracing
 from evomem.pipeline.worker import ConsolidationWorker
@@ -60,4 +61,4 @@ def consolidate() -> dict[str, object]:
 
 def backoff_s(failures: int) -> float:
     """The wait after the ``failures``-th task in a row failed on an unreachable Redis."""
-    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(failures - 1, 16))  # 2.0**1024 overflows
+    return capped_doubling(failures, BACKOFF_BASE_S, BACKOFF_CAP_S)

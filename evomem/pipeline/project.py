@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from evomem.backoff import capped_doubling
 from evomem.core.ports import (
     Change,
     ChangeFeed,
@@ -208,7 +209,7 @@ class Projector:
                             log.exception("projector.failed", error=error, failures=failures)
                     since = self.state.since if self.state.status == "failing" else time.time()
                     self.state = FollowerState("failing", error, failures, since)
-                    stop.wait(min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** min(failures - 1, 16)))
+                    stop.wait(capped_doubling(failures, BACKOFF_BASE_S, BACKOFF_MAX_S))
                     continue
                 if failures:
                     log.info("projector.recovered", failures=failures, cursor=self.cursor)

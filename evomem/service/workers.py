@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evomem.backoff import capped_doubling
 from evomem.errors import ConfigError
 from evomem.logs import get_logger
 from evomem.runfiles import service_url_file
@@ -33,6 +34,7 @@ from evomem.settings import Settings
 log = get_logger("evomem.service")
 
 READY = "ready"
+RESTART_BACKOFF_BASE_S = 0.2  # the wait after a process exits, doubled for each quick exit in a row
 RESTART_BACKOFF_MAX_S = 10.0
 STABLE_AFTER_S = 60.0  # a process that served this long and then died gets the shortest backoff
 STOP_GRACE_S = 15.0
@@ -158,7 +160,7 @@ def _supervise(children: list[_Child], stop: threading.Event) -> None:
             log.warning(
                 "service.process_exited", number=child.number, code=proc.returncode, restarts=child.restarts
             )
-            if stop.wait(min(RESTART_BACKOFF_MAX_S, 0.1 * 2 ** min(child.failing, 8))):
+            if stop.wait(capped_doubling(child.failing, RESTART_BACKOFF_BASE_S, RESTART_BACKOFF_MAX_S)):
                 return
             try:
                 child.start()

@@ -47,6 +47,7 @@ from evomem.adapters.llm.ratelimit import RateLimiter
 from evomem.adapters.llm.tokens import TokenCounter, token_counter
 from evomem.adapters.llm.usage import UsageRecorder
 from evomem.adapters.redis.connection import Client
+from evomem.backoff import capped_doubling
 from evomem.core.decisions import Decision, DecisionFailure, DecisionInput
 from evomem.logs import get_logger
 from evomem.settings import Settings
@@ -297,7 +298,7 @@ class LLMController:
         s = self.settings
         if exc.retry_after is not None:
             return float(exc.retry_after) + self.rng.uniform(0, 0.05 * s.llm_backoff_base_s)
-        ceiling = min(s.llm_backoff_max_s, s.llm_backoff_base_s * 2 ** (attempt - 1))
+        ceiling = capped_doubling(attempt, s.llm_backoff_base_s, s.llm_backoff_max_s)
         return float(ceiling / 2 + self.rng.uniform(0, ceiling / 2))
 
     def close(self) -> None:
