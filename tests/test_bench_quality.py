@@ -4,7 +4,9 @@ into the results file. No figure is asserted beyond its range: the worlds are ra
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -14,9 +16,10 @@ import redis
 
 from bench.quality import summary, trace
 from bench.quality.__main__ import main
-from bench.quality.arms import append_only_arm, default_arm
+from bench.quality.arms import ARMS, append_only_arm, default_arm
 from bench.quality.judge import explicit_verdict, llm_judge
-from bench.quality.worlds import WORLDS, World
+from bench.quality.run import Job, run_job
+from bench.quality.worlds import WORLDS, World, parameter_changes
 from evomem import Memory, Settings
 from evomem.testing.llm_server import LLMTestServer
 
@@ -77,6 +80,27 @@ def test_the_trace_says_where_the_right_lesson_stood_and_what_harmed(
     head = printed.split("harmful servings")[0]
     # every task of the final window (the last 20% of 60) is accounted for, once
     assert sum(int(line.split()[0]) for line in head.splitlines() if line.startswith("  ")) == 12
+
+
+@pytest.mark.slow
+def test_the_trace_prints_every_return_whose_taught_lesson_was_not_first() -> None:
+    """--misses: one block per miss the run counts, each naming the lesson that query taught and
+    showing that lesson's nodes (or saying it was not ranked)."""
+    params = parameter_changes([("topics", "24"), ("templates", "6")])
+    spec = dataclasses.replace(WORLDS["lookalike"], **params)
+    assert (spec.topics, spec.templates) == (24, 6)
+    job = Job(spec, ARMS["nojudge/weighted"], 100, 300)
+    out = io.StringIO()
+    seen = trace.Trace(World(spec, job.seed, job.tasks), job.tasks, misses=out)
+    result = run_job(job, observe=seen.observe)
+    missed = sum(h["n"] - h["first"] for h in result["hits"].values())
+    blocks = out.getvalue().split("\ntask ")
+    assert missed > 0
+    assert out.getvalue().count(", not first\n") == missed
+    for block in blocks:
+        taught = block.split(" taught ")[1].split(",")[0]
+        assert "    node " in block or "is not in the first" in block
+        assert taught.split(":")[0] in ("right", "renewed")  # only good lessons are taught
 
 
 def test_a_judge_gives_partial_verdicts_to_over_general_lessons_and_errs_at_its_rate() -> None:

@@ -31,7 +31,7 @@ from bench.quality import summary
 from bench.quality.arms import ARMS, DEFAULT_ARMS, append_only_arm, default_arm, default_scoring
 from bench.quality.plot import MOVING_AVERAGE, plot
 from bench.quality.run import CONSOLIDATE_EVERY, NAMESPACE, Job, run_job
-from bench.quality.worlds import WORLDS, WorldSpec
+from bench.quality.worlds import WORLDS, WorldSpec, parameter_changes
 from evomem.settings import Settings
 
 RESULTS_KEY = "quality"
@@ -106,18 +106,7 @@ def _extra(pairs: Sequence[str], flag: str = "--set") -> tuple[tuple[str, str], 
 
 def world_specs(args: argparse.Namespace) -> dict[str, WorldSpec]:
     """The chosen worlds, with the --param overrides applied to each."""
-    fields = {f.name: f for f in dataclasses.fields(WorldSpec)}
-    changes: dict[str, Any] = {}
-    for name, value in _extra(args.param, "--param"):
-        if name not in fields or name in ("name", "description"):
-            raise SystemExit(f"--param: no world parameter {name!r}; known: {', '.join(list(fields)[2:])}")
-        default = fields[name].default
-        if value.lower() == "none":
-            changes[name] = None
-        elif isinstance(default, bool):
-            changes[name] = value.lower() in ("1", "true", "yes", "on")
-        else:
-            changes[name] = int(value) if isinstance(default, int) else float(value)
+    changes = parameter_changes(_extra(args.param, "--param"))
     return {w: dataclasses.replace(WORLDS[w], **changes) for w in _names(args.worlds, WORLDS, "worlds")}
 
 

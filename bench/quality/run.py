@@ -93,8 +93,9 @@ class _Teachings:
 
 
 #: Told of every task once its insights are served, before its report: (task, the served insights'
-#: lessons, the memory). ``bench.quality.trace`` watches a run through one.
-Observer = Callable[[Task, list[Lesson | None], Memory], None]
+#: lessons, the memory, the key of the lesson this task's query taught when it counts as a return, or
+#: None). ``bench.quality.trace`` watches a run through one.
+Observer = Callable[[Task, list[Lesson | None], Memory, str | None], None]
 
 
 def run_job(job: Job, observe: Observer | None = None) -> dict[str, Any]:
@@ -144,13 +145,13 @@ def _loop(job: Job, world: World, mem: Memory | None, tally: _Tally, observe: Ob
             insights = tuple(i for i in insights if not _harms(world, task, i.text))
             retrieval = dataclasses.replace(retrieval, insights=insights)
         served = [world.by_text.get(i.text) for i in insights]
-        _count_served(world, task, served, tally, teachings)
+        taught = _count_served(world, task, served, tally, teachings)
         success = task.u_success < world.success_probability(task, served)
         tally.success.append(int(success))
         if mem is None or retrieval is None:
             continue
         if observe is not None:
-            observe(task, served, mem)
+            observe(task, served, mem, taught)
         proposal = world.proposal(task, success)
         verdicts: dict[str, Verdict] = {}
         if job.arm.judged and task.u_judge < world.spec.judge_share:
@@ -195,7 +196,8 @@ def _harms(world: World, task: Task, text: str) -> bool:
 
 def _count_served(
     world: World, task: Task, served: list[Lesson | None], tally: _Tally, teachings: _Teachings
-) -> None:
+) -> str | None:
+    """Tally the servings; the key of the lesson this task's query taught if it counts as a return."""
     for lesson in served:
         if lesson is None:
             tally.unknown_served += 1
@@ -207,10 +209,10 @@ def _count_served(
         tally.helpful += effect > 0
     target = teachings.target(task)
     if target is None:
-        return
+        return None
     kind, key = target
     if not world.is_good(world.lessons[key], task.index):
-        return  # drift turned the taught lesson bad: ranking it first is no longer the goal
+        return None  # drift turned the taught lesson bad: ranking it first is no longer the goal
     first = served[0] if served else None
     hits = tally.hits[kind]
     hits["n"] += 1
@@ -222,6 +224,7 @@ def _count_served(
     else:
         same = "" if first.home in (None, task.topic) else ", another topic"
         tally.missed_for[f"{first.kind}{same}"] += 1
+    return key
 
 
 def _consolidate(mem: Memory, tally: _Tally) -> None:

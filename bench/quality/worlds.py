@@ -23,8 +23,10 @@ Every lesson has two phrasings (agents word the same lesson differently).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -407,6 +409,24 @@ def _fill(text: str, topic: Topic) -> str:
     return text.format(topic=topic.name, key=topic.key, key2=topic.key2)
 
 
+def parameter_changes(pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """World parameters from (FIELD, VALUE) pairs (``--param``), typed as the fields' defaults
+    ("none" for None); SystemExit names the known ones for an unknown field."""
+    fields = {f.name: f for f in dataclasses.fields(WorldSpec)}
+    changes: dict[str, Any] = {}
+    for name, value in pairs:
+        if name not in fields or name in ("name", "description"):
+            raise SystemExit(f"--param: no world parameter {name!r}; known: {', '.join(list(fields)[2:])}")
+        default = fields[name].default
+        if value.lower() == "none":
+            changes[name] = None
+        elif isinstance(default, bool):
+            changes[name] = value.lower() in ("1", "true", "yes", "on")
+        else:
+            changes[name] = int(value) if isinstance(default, int) else float(value)
+    return changes
+
+
 __all__ = [
     "DETAILS",
     "MAX_TOPICS",
@@ -418,5 +438,6 @@ __all__ = [
     "Topic",
     "World",
     "WorldSpec",
+    "parameter_changes",
     "paraphrase",
 ]
