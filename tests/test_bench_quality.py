@@ -86,7 +86,7 @@ def test_the_trace_says_where_the_right_lesson_stood_and_what_harmed(
 def test_the_trace_prints_every_return_whose_taught_lesson_was_not_first() -> None:
     """--misses: one block per miss the run counts, each naming the lesson that query taught and
     showing that lesson's nodes (or saying it was not ranked)."""
-    params = parameter_changes([("topics", "24"), ("templates", "6")])
+    params = parameter_changes(["topics=24", "templates=6"])
     spec = dataclasses.replace(WORLDS["lookalike"], **params)
     assert (spec.topics, spec.templates) == (24, 6)
     job = Job(spec, ARMS["nojudge/weighted"], 100, 300)
@@ -101,6 +101,19 @@ def test_the_trace_prints_every_return_whose_taught_lesson_was_not_first() -> No
         taught = block.split(" taught ")[1].split(",")[0]
         assert "    node " in block or "is not in the first" in block
         assert taught.split(":")[0] in ("right", "renewed")  # only good lessons are taught
+
+
+def test_world_parameters_are_typed_as_their_defaults_and_an_unknown_one_is_named() -> None:
+    assert parameter_changes(["topics=24", "judge_share=0.5", "overgeneral=yes", "drift_at=none"]) == {
+        "topics": 24,
+        "judge_share": 0.5,
+        "overgeneral": True,
+        "drift_at": None,
+    }
+    with pytest.raises(SystemExit, match="no world parameter 'bogus'; known: topics, "):
+        parameter_changes(["bogus=1"])
+    with pytest.raises(SystemExit, match="--param takes FIELD=VALUE, not 'topics'"):
+        parameter_changes(["topics"])
 
 
 def test_a_judge_gives_partial_verdicts_to_over_general_lessons_and_errs_at_its_rate() -> None:

@@ -31,7 +31,7 @@ from bench.quality import summary
 from bench.quality.arms import ARMS, DEFAULT_ARMS, append_only_arm, default_arm, default_scoring
 from bench.quality.plot import MOVING_AVERAGE, plot
 from bench.quality.run import CONSOLIDATE_EVERY, NAMESPACE, Job, run_job
-from bench.quality.worlds import WORLDS, WorldSpec, parameter_changes
+from bench.quality.worlds import WORLDS, WorldSpec, field_values, parameter_changes
 from evomem.settings import Settings
 
 RESULTS_KEY = "quality"
@@ -94,19 +94,9 @@ def _names(text: str, known: dict[str, Any], what: str) -> list[str]:
     return names
 
 
-def _extra(pairs: Sequence[str], flag: str = "--set") -> tuple[tuple[str, str], ...]:
-    out = []
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
-            raise SystemExit(f"{flag} takes FIELD=VALUE, not {pair!r}")
-        out.append((name.strip(), value.strip()))
-    return tuple(out)
-
-
 def world_specs(args: argparse.Namespace) -> dict[str, WorldSpec]:
     """The chosen worlds, with the --param overrides applied to each."""
-    changes = parameter_changes(_extra(args.param, "--param"))
+    changes = parameter_changes(args.param)
     return {w: dataclasses.replace(WORLDS[w], **changes) for w in _names(args.worlds, WORLDS, "worlds")}
 
 
@@ -114,7 +104,7 @@ def world_specs(args: argparse.Namespace) -> dict[str, WorldSpec]:
 def plan(args: argparse.Namespace) -> tuple[list[Job], dict[Job, list[str]]]:
     """The jobs to run, and for each the worlds it stands for: an arm without a judge runs once for
     worlds that differ only in their judge (the mixed ones)."""
-    extra = _extra(args.set)
+    extra = field_values(args.set)
     stands_for: dict[Job, list[str]] = {}
     canonical: dict[tuple[Any, ...], Job] = {}
     for world, spec in world_specs(args).items():

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from bench.quality.arms import ARMS, default_arm
 from bench.quality.run import NAMESPACE, Job, run_job
 from bench.quality.summary import FINAL_WINDOW
-from bench.quality.worlds import WORLDS, Lesson, Task, World, parameter_changes
+from bench.quality.worlds import WORLDS, Lesson, Task, World, field_values, parameter_changes
 from evomem import Memory
 
 #: How deep a traced task looks for the right lesson in the ranking: far past the budget.
@@ -128,10 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--misses", action="store_true", help="print each return whose taught lesson was not ranked first"
     )
     args = parser.parse_args(argv)
-    extra = tuple((field, value) for field, _, value in (s.partition("=") for s in args.set))
-    params = parameter_changes([(f.strip(), v.strip()) for f, _, v in (p.partition("=") for p in args.param)])
-    spec = dataclasses.replace(WORLDS[args.world], **params)
-    job = Job(spec, ARMS[args.arm], args.seed, args.tasks, extra=extra)
+    spec = dataclasses.replace(WORLDS[args.world], **parameter_changes(args.param))
+    job = Job(spec, ARMS[args.arm], args.seed, args.tasks, extra=field_values(args.set))
     trace = Trace(World(job.world, job.seed, job.tasks), job.tasks, sys.stdout if args.misses else None)
     result = run_job(job, observe=trace.observe)
     window = result["success"][trace.final_from :]

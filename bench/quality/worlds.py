@@ -409,12 +409,24 @@ def _fill(text: str, topic: Topic) -> str:
     return text.format(topic=topic.name, key=topic.key, key2=topic.key2)
 
 
-def parameter_changes(pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    """World parameters from (FIELD, VALUE) pairs (``--param``), typed as the fields' defaults
-    ("none" for None); SystemExit names the known ones for an unknown field."""
+def field_values(pairs: Sequence[str], flag: str = "--set") -> tuple[tuple[str, str], ...]:
+    """``FIELD=VALUE`` options (``--set``, ``--param``) as (field, value) pairs; SystemExit for any
+    other shape."""
+    out = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"{flag} takes FIELD=VALUE, not {pair!r}")
+        out.append((name.strip(), value.strip()))
+    return tuple(out)
+
+
+def parameter_changes(pairs: Sequence[str]) -> dict[str, Any]:
+    """World parameters from ``--param FIELD=VALUE`` options, typed as the fields' defaults ("none"
+    for None); SystemExit names the known ones for an unknown field."""
     fields = {f.name: f for f in dataclasses.fields(WorldSpec)}
     changes: dict[str, Any] = {}
-    for name, value in pairs:
+    for name, value in field_values(pairs, "--param"):
         if name not in fields or name in ("name", "description"):
             raise SystemExit(f"--param: no world parameter {name!r}; known: {', '.join(list(fields)[2:])}")
         default = fields[name].default
@@ -438,6 +450,7 @@ __all__ = [
     "Topic",
     "World",
     "WorldSpec",
+    "field_values",
     "parameter_changes",
     "paraphrase",
 ]
