@@ -18,7 +18,9 @@ import numpy as np
 
 from evomem import Settings
 from evomem.core.hashing import word_features
+from evomem.core.ports import RetrievalGraph
 from evomem.core.retrieval import Candidate, text_relevance
+from evomem.pipeline.retrieve import WordWeights
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 #: The key of the retrieval suite, which wrote its figures at the top level before the suites shared the file.
@@ -153,12 +155,27 @@ def merge_results(path: Path, key: str, section: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def relevance_of(query: str) -> Callable[[Candidate], float]:
+def relevance_of(
+    query: str, graph: RetrievalGraph | None = None, namespace: str = "", by_idf: bool = False
+) -> Callable[[Candidate], float]:
     """The weighted score's text factor as the retriever applies it (``EVOMEM_RELEVANCE_POWER``),
     for the suites that recompute a ranking outside the retriever: the cosine of the word 1-2-gram
-    sets."""
+    sets, each word weighed by its IDF among the namespace's insights when ``by_idf``
+    (``EVOMEM_RELEVANCE=idf``, read from ``graph``) and the namespace's counts are complete."""
     task = word_features(query)
-    return lambda c: text_relevance(task, frozenset(word_features(c.text)))
+    weights = WordWeights(graph, namespace) if by_idf and graph is not None else None
+    if weights is not None and not weights.load(task):
+        weights = None
+    norm2 = sum(weights.squared[f] for f in task) if weights is not None else 0.0
+
+    def relevance(c: Candidate) -> float:
+        words = frozenset(word_features(c.text))
+        if weights is None:
+            return text_relevance(task, words)
+        weights.load(words)
+        return weights.relevance(task, words, norm2)
+
+    return relevance
 
 
 __all__ = [

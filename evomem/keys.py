@@ -50,6 +50,7 @@ LUA_KINDS = (
     "queries",
     "texts",
     "dup",
+    "words",
     "quota",
     "recent",
     "outbox",
@@ -132,6 +133,17 @@ def namespace_texts(namespace: str) -> str:
 def duplicate_band(namespace: str, band: str) -> str:
     """Set: the insights whose text falls in one locality-sensitive bucket (near-duplicate search)."""
     return _key(namespace, "dup", band)
+
+
+def insight_words(namespace: str) -> str:
+    """Hash: word 1-2-gram feature -> how many of the namespace's insights (every node, archived ones
+    too) hold it in their text; ``WORDS_TOTAL``: how many insights were counted; ``WORDS_COMPLETE``:
+    present once every insight of the namespace is counted (what text relevance weighs words by)."""
+    return _key(namespace, "words")
+
+
+WORDS_TOTAL = "#n"  # fields of ``insight_words`` that are not features (a feature is a decimal number)
+WORDS_COMPLETE = "#complete"
 
 
 def recent_outcomes(namespace: str) -> str:

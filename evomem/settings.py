@@ -100,6 +100,11 @@ class Settings(BaseSettings):
         description="weighted scoring multiplies a score by how much the insight's text is about the task, "
         "to this power",
     )
+    relevance: Similarity = Field(
+        "idf",
+        description="how that text relevance weighs words: idf (each word 1-2-gram by how rare it is among "
+        "the namespace's insights) or cosine (every word alike)",
+    )
     evidence_search: int = Field(
         8,
         ge=0,
@@ -295,6 +300,7 @@ class NamespaceOverrides(BaseModel):
     scoring: Scoring | None = None
     similarity_power: float | None = Field(None, ge=1.0, le=8.0)
     relevance_power: float | None = Field(None, ge=0.0, le=4.0)
+    relevance: Similarity | None = None
     evidence_search: int | None = Field(None, ge=0, le=100)
     archive_policy: ArchivePolicy | None = None
     archive_ratio: float | None = Field(None, ge=0.0)

@@ -8,6 +8,7 @@ then drives both stores with the same random sequence of plans and compares thei
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from evomem import keys
 from evomem.adapters.memory.graph import InMemoryGraphStore
 from evomem.adapters.redis.connection import connect
 from evomem.adapters.redis.graph import RedisGraphStore
@@ -29,6 +31,7 @@ from evomem.core.editing import (
     revised_insight_id,
     text_key,
 )
+from evomem.core.hashing import word_features
 from evomem.core.ports import ApplyResult, GraphStore, RetrievalRecord, StoredDecision
 from evomem.settings import ALLOWED_OPERATIONS
 from schemas import AddDecision, ControllerDecision, InsightEdit, InsightNode, TaskEvent
@@ -1070,3 +1073,61 @@ def test_an_inferred_archive_records_the_negative_and_never_archives(store: Grap
     node = g.node("A")
     assert (node.state, len(node.negative)) == ("active", 3)
     assert g.apply(ARCHIVE("A"), status="failed", policy="immediate").outcomes[0].outcome == "archived"
+
+
+# -- the word counts text relevance weighs by ----------------------------------------------------------
+
+
+def _with_words(edit: PlannedEdit) -> PlannedEdit:
+    return edit.model_copy(update={"words": sorted(word_features(edit.text or ""))})
+
+
+def _forget_word_counts(store: GraphStore) -> None:
+    """As an evomem that kept no word counts left the namespace."""
+    if isinstance(store, RedisGraphStore):
+        store.r.delete(keys.insight_words(NS))
+    else:
+        assert isinstance(store, InMemoryGraphStore)
+        store._words.pop(NS)
+        store._counted.pop(NS)
+
+
+def test_every_new_node_counts_its_words_and_counting_afresh_agrees(store: GraphStore) -> None:
+    g = Graph(store)
+    texts = {
+        "A": "For cron scheduling, check the time zone first.",
+        "B": "For git bisect, check the good commit first.",
+        "A2": "For cron scheduling, verify the overlap lock before any change.",
+    }
+    assert store.word_counts(NS, word_features(texts["A"])) is None  # nothing counted yet
+    g.apply(_with_words(ADD("A", texts["A"])))
+    g.apply(_with_words(ADD("B", texts["B"])))
+    g.apply(_with_words(REVISE("A", "A2", texts["A2"])))  # a new node; A, archived, stays counted
+    g.apply(ARCHIVE("B"))
+    features = {f for t in texts.values() for f in word_features(t)} | word_features("unseen words")
+    expected = Counter(f for t in texts.values() for f in word_features(t))
+    counted = store.word_counts(NS, features)
+    assert counted == (3, dict(expected))
+    assert counted[1][next(iter(word_features("cron")))] == 2
+    assert store.word_counts("elsewhere", features) is None
+
+    _forget_word_counts(store)
+    assert store.word_counts(NS, features) is None
+    assert store.count_words(NS)
+    assert store.word_counts(NS, features) == (3, dict(expected))
+
+
+def test_counting_afresh_writes_nothing_when_an_insight_came_meanwhile(redis_client: Any) -> None:
+    store = RedisGraphStore(redis_client)
+    g = Graph(store)
+    g.apply(_with_words(ADD("A", "For cron scheduling, check the time zone first.")))
+    g.apply(_with_words(ADD("B", "For git bisect, check the good commit first.")))
+    _forget_word_counts(store)
+    real = store.r.smembers
+    store.r.smembers = lambda key: {b"A"}  # type: ignore[method-assign]  # as read before B came
+    try:
+        assert not store.count_words(NS)
+    finally:
+        store.r.smembers = real  # type: ignore[method-assign]
+    assert store.word_counts(NS, [1]) is None
+    assert store.count_words(NS) and store.word_counts(NS, [1]) == (2, {})

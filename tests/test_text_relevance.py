@@ -205,3 +205,91 @@ def test_relevance_is_not_computed_for_a_candidate_that_cannot_be_served() -> No
         relevance=relevance, relevance_power=1.0,
     )  # fmt: skip
     assert [i.id for i in ranked] == ["near"] and asked == ["near"]  # 0.1 < 1 · 0.5: far never asked
+
+
+# -- words weighed by how rare they are among the namespace's insights (EVOMEM_RELEVANCE=idf) ----------
+
+FILLER = ["git bisect", "oauth scopes", "docker volumes", "unit testing", "tcp keepalive", "bloom filters"]
+SIBLING_TASK = "Explain job scheduling to a new engineer, for the billing jobs"
+TOPIC_TASK = "Explain cron scheduling to a new engineer, for the billing jobs"
+
+
+def topic_lesson(topic: str, key: str) -> str:
+    return f"For {topic}, check the {key} first and write down what it should be."
+
+
+def sibling_world(memory: Memory) -> None:
+    """Lessons worded alike, so ``for``, ``check``, ``first`` are in every one; the sibling topic's
+    lesson learnt from a task worded as the one to come, this topic's from another wording."""
+    teach = [
+        (f"Plan the migration of our {t} setup, on the legacy system", topic_lesson(t, "settings"))
+        for t in FILLER
+    ]
+    teach += [
+        (SIBLING_TASK, topic_lesson("job scheduling", "priority queue")),
+        (
+            "What are the common mistakes with cron scheduling in production",
+            topic_lesson("cron scheduling", "time zone"),
+        ),
+    ]
+    for query, text in teach:
+        memory.report(None, namespace="ns", query=query, status="resolved", proposed_insight=text)
+        memory.consolidate()
+
+
+@pytest.mark.parametrize("relevance", ["idf", "cosine"])
+def test_a_word_that_names_the_subject_outweighs_those_every_lesson_holds(
+    tmp_path: Path, redis_url: str, redis_client: Any, relevance: str
+) -> None:
+    settings = Settings(data_dir=tmp_path / "d", redis_url=redis_url, controller="rules", relevance=relevance)
+    with Memory.open(settings) as memory:
+        sibling_world(memory)
+        first = memory.retrieve(TOPIC_TASK, "ns").insights[0].text
+    # the sibling's lesson is supported by a task worded as this one (similarity 0.9 against 0.34);
+    # with every word alike the two lessons' texts are about as near the task
+    expected = "cron scheduling" if relevance == "idf" else "job scheduling"
+    assert first == topic_lesson(expected, "time zone" if relevance == "idf" else "priority queue")
+
+
+def test_a_namespace_without_word_counts_weighs_words_alike_until_they_are_counted(
+    tmp_path: Path, redis_url: str, redis_client: Any
+) -> None:
+    import time
+
+    from evomem import keys
+
+    with _open(tmp_path, redis_url, Settings().relevance_power) as memory:
+        sibling_world(memory)
+        redis_client.delete(keys.insight_words("ns"))  # as an evomem that kept no counts left it
+        served = memory.retriever.retrieve(TOPIC_TASK, "ns", record=False).insights[0].text
+        assert served == topic_lesson("job scheduling", "priority queue")  # the cosine, meanwhile
+        deadline = time.monotonic() + 10
+        while memory.graph.word_counts("ns", [1]) is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # counted in the background
+        assert memory.graph.word_counts("ns", [1]) is not None
+        served = memory.retriever.retrieve(TOPIC_TASK, "ns", record=False).insights[0].text
+        assert served == topic_lesson("cron scheduling", "time zone")
+
+
+def test_idf_relevance_with_every_word_alike_is_the_cosine() -> None:
+    from evomem.core.retrieval import idf_relevance
+
+    for task, text in [(TASK, ABOUT_IT), (TASK, GENERIC), (TASK, TASK), (TOPIC_TASK, SIBLING_TASK)]:
+        t, i = word_features(task), word_features(text)
+        alike = dict.fromkeys(t | i, 2.5)
+        assert idf_relevance(t, i, alike) == pytest.approx(text_relevance(t, i))
+    assert idf_relevance(set(), word_features(TASK), {}) == 0.0
+
+
+@pytest.mark.parametrize("relevance", ["idf", "cosine"])
+def test_the_scale_benchmarks_exact_reference_ranks_as_the_retriever(
+    tmp_path: Path, redis_url: str, redis_client: Any, relevance: str
+) -> None:
+    from bench.scale_service import exact_recall
+
+    settings = Settings(data_dir=tmp_path / "d", redis_url=redis_url, controller="rules", relevance=relevance)
+    with Memory.open(settings) as memory:
+        sibling_world(memory)
+        tasks = [("ns", TOPIC_TASK), ("ns", SIBLING_TASK), ("ns", "Review our use of bloom filters and cron")]
+        got = exact_recall(memory, tasks)
+    assert got["recall"] == 1.0 and got["same_order"] == 1.0

@@ -10,6 +10,7 @@ import redis
 from evomem import Memory, Settings
 from evomem.adapters.redis.connection import EmbeddedRedis
 from evomem.adapters.redis.transfer import import_jsonl
+from evomem.core.hashing import word_features
 from evomem.pipeline.transfer import export, write_jsonl
 
 
@@ -48,6 +49,10 @@ def test_an_export_imported_elsewhere_serves_the_same_insights(memory: Memory, t
                 assert copy.graph.history(i) == memory.graph.history(i)
                 assert copy.graph.lineage(i) == memory.graph.lineage(i)
                 assert copy.graph.edges_into(i) == memory.graph.edges_into(i)
+            # the words text relevance weighs by are counted as the nodes come in, once
+            words = {f for n in memory.graph.insights(ids).values() for f in word_features(n.text)}
+            assert copy.graph.word_counts("fever", words) == memory.graph.word_counts("fever", words)
+            assert memory.graph.word_counts("fever", words) is not None
             copy.consolidate()  # projects what the import announced
             served = copy.retrieve("Verify: Mohra is a lorry", "fever").insights
             assert [s.text for s in served] == ["Check the vehicle class and its year."]

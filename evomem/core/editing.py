@@ -57,6 +57,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from evomem.core.hashing import word_features
 from schemas import ControllerDecision, TaskEvent
 
 #: Fixed namespace for every id evomem derives, so the same event gives the same ids everywhere.
@@ -76,6 +77,7 @@ class PlannedEdit(BaseModel):
     inferred: bool = False  # from the outcome alone: evidence that ranks, never grounds to archive
     twin: str | None = None  # an active insight whose text nearly repeats ``text``, found before apply
     bands: list[str] = []  # near-duplicate buckets of ``text``, registered when a node is created
+    words: list[int] = []  # its word 1-2-gram features, counted when a node is created (text relevance)
     decided_by: str
 
 
@@ -183,6 +185,7 @@ def plan_edits(
                     text_key=key,
                     twin=twins.get(key),
                     bands=bands.get(key, []),
+                    words=sorted(word_features(edit.revised_insight_text or "")),
                     decided_by=edit.decided_by,
                 )
             )
@@ -206,6 +209,7 @@ def plan_edits(
                 text_key=key,
                 twin=twins.get(key),
                 bands=bands.get(key, []),
+                words=sorted(word_features(add.new_insight_text)),
                 decided_by=add.decided_by,
             )
         )

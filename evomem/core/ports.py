@@ -230,6 +230,18 @@ class RetrievalGraph(Protocol):
         """Each query's neighbours in the query graph with the edge's similarity (Eq. 3)."""
         ...
 
+    def word_counts(self, namespace: str, features: Collection[int]) -> tuple[int, dict[int, int]] | None:
+        """How many of the namespace's insights (every node, archived ones too) hold each of these
+        word 1-2-gram features (``hashing.word_features``) in their text, and how many insights
+        were counted; None while the counts are incomplete (insights written before they were
+        kept: ``count_words`` completes them)."""
+        ...
+
+    def count_words(self, namespace: str) -> bool:
+        """Count the words of every insight of the namespace afresh; False when an insight was
+        added meanwhile (nothing written: try again)."""
+        ...
+
     def save_retrieval(self, record: RetrievalRecord, ttl_s: int) -> None: ...
 
 

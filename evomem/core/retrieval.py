@@ -390,6 +390,39 @@ def text_relevance(task: set[int] | frozenset[int], insight: Collection[int]) ->
     return len(task.intersection(insight)) / math.sqrt(len(task) * len(insight))
 
 
+def idf(count: int, total: int) -> float:
+    """A word's weight by how rare it is: ``count`` of ``total`` texts hold it. Qdrant's IDF modifier
+    (BM25's), ln((N − n + 0.5) / (n + 0.5) + 1), the weight Eq. 2 gives a task's words under
+    ``SIMILARITY=idf``."""
+    return math.log((total - count + 0.5) / (count + 0.5) + 1.0)
+
+
+def idf_relevance(
+    task: Collection[int],
+    insight: Collection[int],
+    squared: Mapping[int, float],
+    task_norm2: float | None = None,
+) -> float:
+    """``text_relevance`` with each word weighed by its rarity: the cosine of the two word sets as
+    vectors of IDF weights. ``squared`` holds the squared weight of every feature of both (one left
+    out weighs 0); ``task_norm2`` the task's sum of them, when known. With every weight equal it
+    is ``text_relevance`` exactly; otherwise a word that most insights share (``for``, ``the``)
+    counts for little against one that names the task's subject."""
+    if not task or not insight:
+        return 0.0
+    shared = own = 0.0
+    for f in insight:
+        w2 = squared.get(f, 0.0)
+        own += w2
+        if f in task:
+            shared += w2
+    if shared <= 0.0:
+        return 0.0
+    if task_norm2 is None:
+        task_norm2 = sum(squared.get(f, 0.0) for f in task)
+    return min(1.0, shared / math.sqrt(task_norm2 * own))
+
+
 def _overlap(evidence: Collection[str], expanded: Collection[str]) -> int:
     if isinstance(evidence, set | frozenset) and isinstance(expanded, set | frozenset):
         return len(evidence & expanded)  # the same count, in C, walking the smaller set
@@ -409,6 +442,8 @@ __all__ = [
     "conflict",
     "conflict_penalized_score",
     "expand_neighbours",
+    "idf",
+    "idf_relevance",
     "rank_from_queries",
     "rank_insights",
     "support",

@@ -15,20 +15,31 @@ import time
 import uuid
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from evomem.core.hashing import HashingEmbedder, word_features, word_part
-from evomem.core.ports import Embedder, GraphStore, QueryHit, RetrievalRecord, Vector, VectorIndex
+from evomem.core.ports import (
+    Embedder,
+    GraphStore,
+    QueryHit,
+    RetrievalGraph,
+    RetrievalRecord,
+    Vector,
+    VectorIndex,
+)
 from evomem.core.retrieval import (
     ScoredInsight,
     ServingInsight,
     expand_neighbours,
+    idf,
+    idf_relevance,
     rank_from_queries,
     text_relevance,
     with_queries,
 )
+from evomem.errors import TransientError
 from evomem.logs import get_logger
 from evomem.settings import Settings
 from evomem.stages import stage
@@ -39,6 +50,45 @@ STAGES = ("embed", "similar", "evidence", "expand", "candidates", "rank")
 #: Insights read per page when the word-set cache is warmed: a page holds the GIL while the engine
 #: reads it (cold, about 30 ms), so retrievals on other threads wait at most that long.
 WARM_BATCH = 1_000
+
+
+#: Seconds before a retrieval process asks again to count a namespace's words (``count_words``)
+#: after an attempt that failed or found insights added meanwhile.
+COUNT_WORDS_RETRY_S = 30.0
+
+
+class WordWeights:
+    """The squared IDF weights of the words one retrieval weighs text relevance by, from the
+    namespace's word counts (``RetrievalGraph.word_counts``: how many of its insights hold each
+    word), read as the candidates come: one read a batch of them. ``load`` is False when the
+    namespace's counts are incomplete (then every word weighs alike: the cosine)."""
+
+    __slots__ = ("graph", "namespace", "squared", "total")
+
+    def __init__(self, graph: RetrievalGraph, namespace: str) -> None:
+        self.graph = graph
+        self.namespace = namespace
+        self.total: int | None = None  # the insights counted, as first read
+        self.squared: dict[int, float] = {}
+
+    def load(self, features: Iterable[int]) -> bool:
+        missing = [f for f in dict.fromkeys(features) if f not in self.squared]
+        if not missing and self.total is not None:
+            return True
+        got = self.graph.word_counts(self.namespace, missing)
+        if got is None:
+            return False
+        total, counts = got
+        if self.total is None:
+            self.total = total
+        for f in missing:
+            self.squared[f] = idf(counts.get(f, 0), self.total) ** 2
+        return True
+
+    def relevance(
+        self, task: Collection[int], words: Collection[int], task_norm2: float | None = None
+    ) -> float:
+        return idf_relevance(task, words, self.squared, task_norm2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +150,7 @@ class Retriever:
         self._warmer: threading.Thread | None = None
         self._warmed = 0
         self._warm_s: float | None = None
+        self._count_after: dict[str, float] = {}  # namespace -> when to ask to count its words again
 
     def similar_queries(self, namespace: str, query: str, k: int | None = None) -> list[str]:
         vector = self.embedder.embed([query])[0]
@@ -159,7 +210,11 @@ class Retriever:
                 budget or s.budget,
                 scoring=s.scoring,
                 power=s.similarity_power,
-                relevance=self._relevance(task_words, namespace, texts) if s.relevance_power > 0 else None,
+                relevance=(
+                    self._relevance(task_words, namespace, texts, s.relevance == "idf")
+                    if s.relevance_power > 0
+                    else None
+                ),
                 relevance_power=s.relevance_power,
             )  # Eq. 8-10
             texts.update(self.index.read_insights(namespace, [r.id for r in top if r.id not in texts]))
@@ -209,30 +264,34 @@ class Retriever:
         return None
 
     def _relevance(
-        self, task: set[int], namespace: str, texts: dict[str, ServingInsight]
+        self, task: set[int], namespace: str, texts: dict[str, ServingInsight], by_idf: bool
     ) -> Callable[[Sequence[str]], dict[str, float]]:
         """How much each candidate's text is about the task (``task``: its word 1-2-gram set): the
-        cosine of their word sets (``text_relevance``). An insight's text never changes, so its set
-        is kept by id; the texts not kept yet are read in one batch, and left in ``texts`` for
-        serving."""
+        cosine of their word sets, each word weighed by its IDF among the namespace's insights
+        (``by_idf``, ``EVOMEM_RELEVANCE=idf``: ``idf_relevance``) or all alike (``text_relevance``).
+        An insight's text never changes, so its set is kept by id; the texts not kept yet are read
+        in one batch, and left in ``texts`` for serving."""
         cache = self._text_features
         capacity = self.settings.text_cache
+        weights = WordWeights(self.graph, namespace) if by_idf else None
+        task_norm2 = 0.0
 
         def rel(ids: Sequence[str]) -> dict[str, float]:
-            out: dict[str, float] = {}
+            nonlocal weights, task_norm2
+            sets: dict[str, Collection[int]] = {}
             missing = []
             for i in ids:
                 words = cache.get(i)
                 if words is None:
                     missing.append(i)
                 else:
-                    out[i] = text_relevance(task, words)
+                    sets[i] = words
             if missing:
                 read = self.index.read_insights(namespace, missing)
                 texts.update(read)
                 for i, ins in read.items():
                     words = array("I", word_features(ins.text))  # distinct, 4 bytes each
-                    out[i] = text_relevance(task, words)
+                    sets[i] = words
                     if capacity <= 0:
                         continue
                     with self._text_lock:  # retrievals may run on several threads (the HTTP service)
@@ -241,9 +300,44 @@ class Retriever:
                             # that every later ``next(iter(...))`` walks past (7.6 µs at 65,536 entries)
                             cache.popitem(last=False)
                         cache[i] = words
-            return out
+            if weights is not None:
+                first = weights.total is None
+                wanted = [f for words in sets.values() for f in words]
+                try:
+                    loaded = weights.load([*task, *wanted] if first else wanted)
+                except TransientError:  # Redis unreachable: this retrieval weighs words alike (fails open)
+                    weights = None
+                else:
+                    if not loaded:
+                        weights = None
+                        self._count_words_later(namespace)
+                    elif first:
+                        task_norm2 = sum(weights.squared[f] for f in task)
+            if weights is not None:
+                return {i: weights.relevance(task, words, task_norm2) for i, words in sets.items()}
+            return {i: text_relevance(task, words) for i, words in sets.items()}
 
         return rel
+
+    def _count_words_later(self, namespace: str) -> None:
+        """Count the words of a namespace whose counts are incomplete (its insights were written by
+        an evomem that did not keep them), in a thread of its own, at most once per
+        ``COUNT_WORDS_RETRY_S``; its retrievals weigh every word alike meanwhile."""
+        now = time.monotonic()
+        with self._text_lock:
+            if now < self._count_after.get(namespace, 0.0):
+                return
+            self._count_after[namespace] = now + COUNT_WORDS_RETRY_S
+
+        def count() -> None:
+            try:
+                done = self.graph.count_words(namespace)
+            except Exception as exc:  # the next retrieval asks again after the pause
+                log.warning("count_words_failed", namespace=namespace, error=repr(exc))
+                return
+            log.info("words_counted" if done else "words_count_retry", namespace=namespace)
+
+        threading.Thread(target=count, name="evomem-count-words", daemon=True).start()
 
     # -- the word-set cache --------------------------------------------------------------------------
     def warm(self, stop: threading.Event | None = None) -> int:

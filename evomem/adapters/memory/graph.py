@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,6 +18,7 @@ from typing import Literal
 from pydantic import TypeAdapter
 
 from evomem.core.editing import EditPlan, PlannedEdit, archive_threshold_reached
+from evomem.core.hashing import word_features
 from evomem.core.ports import (
     RECENT_EVENTS,
     ApplyResult,
@@ -103,6 +105,8 @@ class InMemoryGraphStore:
         self._edges: dict[str, set[tuple[str, str]]] = {}
         self._texts: dict[tuple[str, str], str] = {}
         self._bands: dict[tuple[str, str], set[str]] = {}
+        self._words: dict[str, Counter[int]] = {}  # per namespace: feature -> insights holding it
+        self._counted: Counter[str] = Counter()  # per namespace: insights counted (all of them)
         self._applied: dict[EventKey, tuple[ApplyResult, str | None]] = {}
         self._decisions: dict[EventKey, StoredDecision] = {}
         self._retrievals: dict[EventKey, RetrievalRecord] = {}
@@ -379,6 +383,8 @@ class InMemoryGraphStore:
         )
         for band in edit.bands:
             self._bands.setdefault((plan.namespace, band), set()).add(edit.new_id)
+        self._words.setdefault(plan.namespace, Counter()).update(edit.words)
+        self._counted[plan.namespace] += 1
         ev.changed[edit.new_id] = 1
         return node
 
@@ -446,6 +452,20 @@ class InMemoryGraphStore:
                         n.judged_negative,
                     )
             return out
+
+    def word_counts(self, namespace: str, features: Collection[int]) -> tuple[int, dict[int, int]] | None:
+        with self._lock:
+            words = self._words.get(namespace)
+            if words is None:  # as on Redis: no insight counted yet
+                return None
+            return self._counted[namespace], {f: words[f] for f in features if words[f]}
+
+    def count_words(self, namespace: str) -> bool:
+        with self._lock:
+            nodes = [n for n in self._insights.values() if n.namespace == namespace]
+            self._words[namespace] = Counter(f for n in nodes for f in word_features(n.text))
+            self._counted[namespace] = len(nodes)
+        return True
 
     def duplicate_candidates(self, namespace: str, bands: Collection[str]) -> set[str]:
         with self._lock:

@@ -8,6 +8,7 @@ one Lua script, atomically and idempotently, which an object mapper that saves w
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Collection, Mapping
 from datetime import datetime
 from importlib import resources
@@ -19,6 +20,7 @@ from evomem import keys
 from evomem.adapters.redis.changes import RedisChangeFeed
 from evomem.adapters.redis.connection import Client, durable, is_cluster, mapped
 from evomem.core.editing import EditPlan
+from evomem.core.hashing import word_features
 from evomem.core.ports import (
     ApplyResult,
     Change,
@@ -63,6 +65,20 @@ return 1
 """
 
 
+# Replace a namespace's word counts with those of ``count_words``, unless an insight was added since
+# they were counted (the namespace then holds another number of insights: nodes are never removed).
+# KEYS: the counts, the namespace's insights. ARGV: the insights counted, then feature, count pairs.
+_COUNT_WORDS = """
+if redis.call('SCARD', KEYS[2]) ~= tonumber(ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1])
+for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], '#n', ARGV[1], '#complete', 1)
+return 1
+"""
+#: Insights whose texts ``count_words`` reads a round trip.
+COUNT_BATCH = 1000
+
+
 def _lua(name: str) -> str:
     return resources.files("evomem.adapters.redis").joinpath("lua", name).read_text()
 
@@ -87,6 +103,7 @@ class RedisGraphStore:
         check_layout(client)
         self._apply = self.r.register_script(_lua("apply.lua"))
         self._link = self.r.register_script(_LINK)
+        self._count_words = self.r.register_script(_COUNT_WORDS)
 
     # -- writes ------------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
@@ -260,6 +277,30 @@ class RedisGraphStore:
         if not bands:
             return set()
         return {_s(x) for x in self.r.sunion([keys.duplicate_band(namespace, b) for b in bands])}
+
+    def word_counts(self, namespace: str, features: Collection[int]) -> tuple[int, dict[int, int]] | None:
+        fields = list(dict.fromkeys(features))
+        raw = self.r.hmget(keys.insight_words(namespace), [keys.WORDS_COMPLETE, keys.WORDS_TOTAL, *fields])
+        if raw[0] is None:
+            return None
+        return int(raw[1] or 0), {f: int(n) for f, n in zip(fields, raw[2:], strict=True) if n is not None}
+
+    def count_words(self, namespace: str) -> bool:
+        ids = sorted(_s(i) for i in self.r.smembers(keys.namespace_insights(namespace)))
+        counts: Counter[int] = Counter()
+        for start in range(0, len(ids), COUNT_BATCH):
+            pipe = self.r.pipeline(transaction=False)
+            for i in ids[start : start + COUNT_BATCH]:
+                pipe.hget(keys.insight(namespace, i), "text")
+            for text in pipe.execute():
+                counts.update(word_features(_s(text)) if text is not None else ())
+        args: list[Any] = [len(ids)]
+        for f, n in counts.items():
+            args += [f, n]
+        done = self._count_words(
+            keys=[keys.insight_words(namespace), keys.namespace_insights(namespace)], args=args
+        )
+        return bool(done)
 
     def neighbours(self, namespace: str, query_ids: Collection[str]) -> dict[str, dict[str, float]]:
         ids = list(query_ids)

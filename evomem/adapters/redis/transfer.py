@@ -32,6 +32,14 @@ local function k(kind, x) return N .. ':' .. kind .. ':' .. x end
 local key = KEYS[1]
 local have = redis.call('HGET', key, 'version')
 if have and tonumber(have) >= doc.version then return {} end
+if not have then  -- a new node: its words join the namespace's counts (keys.insight_words)
+  local wk = N .. ':words'
+  if redis.call('SCARD', KEYS[2]) == 0 and redis.call('EXISTS', wk) == 0 then
+    redis.call('HSET', wk, '#complete', 1)
+  end
+  for _, f in ipairs(doc.words) do redis.call('HINCRBY', wk, string.format('%d', f), 1) end
+  redis.call('HINCRBY', wk, '#n', 1)
+end
 redis.call('HSET', key, 'text', doc.text, 'state', doc.state, 'version', doc.version,
   'created_by_event', doc.created_by_event, 'created_at', doc.created_at, 'updated_at', doc.updated_at,
   'jpos', doc.jpos, 'jneg', doc.jneg)
@@ -147,6 +155,7 @@ def _put(
 ) -> tuple[str, list[tuple[str, str]]]:
     from evomem.core import duplicates
     from evomem.core.editing import text_key
+    from evomem.core.hashing import word_features
 
     if kind == "query":
         neighbours = [n if isinstance(n, list) else [n, 1.0] for n in record.pop("neighbours", [])]
@@ -179,6 +188,7 @@ def _put(
             "history": history,
             "text_key": text_key(node.text),
             "bands": duplicates.bands(node.text),
+            "words": sorted(word_features(node.text)),
             "jpos": int(jpos),
             "jneg": int(jneg),
         }

@@ -112,7 +112,21 @@ local function exists(id)
   return redis.call('EXISTS', ins(id)) == 1
 end
 
-local function create(id, text, parent, bands)
+-- the namespace's word counts (keys.insight_words): complete from its first insight on; a namespace
+-- with insights from before them is counted afresh by the graph store's count_words
+local words_key = N .. ':words'
+local function count_words(words)
+  if redis.call('SCARD', KEYS[2]) == 0 and redis.call('EXISTS', words_key) == 0 then
+    redis.call('HSET', words_key, '#complete', 1)
+  end
+  if words ~= nil and words ~= cjson.null then
+    for _, f in ipairs(words) do redis.call('HINCRBY', words_key, string.format('%d', f), 1) end
+  end
+  redis.call('HINCRBY', words_key, '#n', 1)
+end
+
+local function create(id, text, parent, bands, words)
+  count_words(words)
   redis.call('HSET', ins(id), 'text', text, 'state', 'active', 'version', 1,
     'created_by_event', plan.event_id, 'created_at', at, 'updated_at', at)
   if parent then redis.call('HSET', ins(id), 'revised_from', parent) end
@@ -247,7 +261,7 @@ for _, e in ipairs(plan.edits) do
       o.insight_id = twin
       o.outcome = 'duplicate'
     else
-      create(e.new_id, e.text, nil, e.bands)
+      create(e.new_id, e.text, nil, e.bands, e.words)
       positive(e.new_id, true)
       redis.call('HSET', texts, e.text_key, e.new_id)
       o.insight_id = cjson.null
@@ -293,7 +307,7 @@ for _, e in ipairs(plan.edits) do
       elseif e.op == 'REVISE' and state == 'active' then
         redis.call('HSET', ins(id), 'state', 'archived', 'revised_to', e.new_id)
         touch(id, true)
-        create(e.new_id, e.text, id, e.bands)
+        create(e.new_id, e.text, id, e.bands, e.words)
         inherit(e.new_id, id)
         positive(e.new_id, true)
         if e.text_key and e.text_key ~= cjson.null then redis.call('HSET', texts, e.text_key, e.new_id) end
