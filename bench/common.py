@@ -163,9 +163,7 @@ def relevance_of(
     sets, each word weighed by its IDF among the namespace's insights when ``by_idf``
     (``EVOMEM_RELEVANCE=idf``, read from ``graph``) and the namespace's counts are complete."""
     task = word_features(query)
-    weights = WordWeights(graph, namespace) if by_idf and graph is not None else None
-    if weights is not None and not weights.load(task):
-        weights = None
+    weights = WordWeights.read(graph, namespace, task) if by_idf and graph is not None else None
     norm2 = sum(weights.squared[f] for f in task) if weights is not None else 0.0
 
     def relevance(c: Candidate) -> float:

@@ -39,6 +39,7 @@ from bench.common import (
 )
 from evomem import Memory, keys, stages
 from evomem.core.editing import EditPlan, PlannedEdit, text_key
+from evomem.core.hashing import word_features
 from evomem.ops.progress import Progress, add_flag, wanted
 from evomem.pipeline.retrieve import STAGES as RETRIEVE_STAGES
 from evomem.pipeline.retrieve import Retrieval, Retriever
@@ -360,7 +361,12 @@ def build_plans(n_queries: int, n_insights: int, seed: int, top_k: int) -> Itera
             new_id = _uid("insight", seed, f, n)
             edits.append(
                 PlannedEdit(
-                    op="ADD", new_id=new_id, text=insight, text_key=text_key(insight), decided_by="bench"
+                    op="ADD",
+                    new_id=new_id,
+                    text=insight,
+                    text_key=text_key(insight),
+                    words=sorted(word_features(insight)),  # as plan_edits counts a new node's words
+                    decided_by="bench",
                 )
             )
             pool_i.append(new_id)

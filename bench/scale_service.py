@@ -72,10 +72,9 @@ def exact_recall(mem: Memory, tasks: Sequence[Task]) -> dict[str, Any]:
             weights=expansion.weights,
             scoring=s.scoring,
             power=s.similarity_power,
-            relevance=(
-                common.relevance_of(text, graph, ns, s.relevance == "idf") if s.relevance_power > 0 else None
-            ),
+            relevance=common.relevance_of(text) if s.relevance_power > 0 else None,
             relevance_power=s.relevance_power,
+            refine=common.relevance_of(text, graph, ns, by_idf=True) if s.relevance == "idf" else None,
         )
         exact = [i.id for i in ranked]
         exact_n += len(exact)

@@ -228,10 +228,15 @@ class Runtime:
                 self.changes,
                 link_k=settings.top_k,
                 persist_every_s=settings.index_flush_s,
+                on_new_insights=self.retriever.insights_added if self.retriever else None,
             )
             if index
             else None
         )
+        if self.retriever is not None and settings.qdrant_url is None:
+            # this process's embedded index learns of new insights through its projector alone, which
+            # tells the retriever: its word counts need no check of their own until then
+            self.retriever.words_announced = True
         self.consumer = settings.consumer_name or default_consumer()
         self._follower: Follower | None = None
         self._closed = False

@@ -101,9 +101,10 @@ class Settings(BaseSettings):
         "to this power",
     )
     relevance: Similarity = Field(
-        "idf",
-        description="how that text relevance weighs words: idf (each word 1-2-gram by how rare it is among "
-        "the namespace's insights) or cosine (every word alike)",
+        "cosine",
+        description="how that text relevance weighs words: cosine (every word alike) or idf (the candidates "
+        "it ranks first ranked again with each word 1-2-gram weighed by how rare it is among the "
+        "namespace's insights)",
     )
     evidence_search: int = Field(
         8,

@@ -8,6 +8,7 @@ scoring, λ, budget and text relevance.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -41,6 +42,7 @@ def worlds(draw: st.DrawFn) -> dict[str, object]:
         if heir not in inherited and not named.isdisjoint(inherited):
             heirs[heir] = inherited
     relevance = {i: draw(st.sampled_from([0.0, 0.1, 0.5, 1.0])) for i in INSIGHTS}
+    finer = {i: draw(st.sampled_from([0.0, 0.05, 0.3, 0.8])) for i in INSIGHTS}
     return {
         "weights": weights,
         "supports": supports,
@@ -48,6 +50,7 @@ def worlds(draw: st.DrawFn) -> dict[str, object]:
         "active": active,
         "heirs": heirs,
         "relevance": relevance,
+        "refine": draw(st.sampled_from([None, finer])),
         "lam": draw(st.sampled_from([0.0, 0.5, 1.0, 2.0])),
         "budget": draw(st.integers(1, 5)),
         "scoring": draw(st.sampled_from(["weighted", "count"])),
@@ -75,6 +78,7 @@ def reference(w: Mapping[str, object]) -> list[tuple[str, float, int, int, float
         power=w["power"],  # type: ignore[arg-type]
         relevance=lambda c: rel[c.id],
         relevance_power=w["relevance_power"],  # type: ignore[arg-type]
+        refine=(lambda c: finer[c.id]) if (finer := w["refine"]) is not None else None,  # type: ignore[index]
     )
     return [(i.id, i.score, i.support, i.conflict, i.similarity) for i in ranked]
 
@@ -99,6 +103,7 @@ def fast(w: Mapping[str, object]) -> tuple[list[tuple[str, float, int, int, floa
         power=w["power"],  # type: ignore[arg-type]
         relevance=relevance,
         relevance_power=w["relevance_power"],  # type: ignore[arg-type]
+        refine=(lambda ids: {i: finer[i] for i in ids}) if (finer := w["refine"]) is not None else None,  # type: ignore[index]
     )
     return [(r.id, r.score, r.support, r.conflict, r.similarity) for r in top], n, asked
 
@@ -143,3 +148,39 @@ def test_relevance_is_asked_for_the_few_that_can_still_be_served() -> None:
     )
     assert [r.id for r in top] == ["i39", "i38"] and n == 40
     assert 0 < len(asked) <= 8
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_finer_relevance_ranks_again_the_first_that_the_first_relevance_finds(seed: int) -> None:
+    import random
+
+    from evomem.core.retrieval import RELEVANCE_FLOOR, refine_depth
+
+    rng = random.Random(seed)
+    weights = {f"q{n}": rng.choice([0.3, 0.6, 0.9, 1.0]) for n in range(12)}
+    ids = [f"i{n}" for n in range(30)]
+    supports = {q: tuple(rng.sample(ids, rng.randint(1, 6))) for q in weights}
+    first = {i: rng.choice([0.05, 0.2, 0.5, 1.0]) for i in ids}
+    finer = {i: rng.choice([0.0, 0.1, 0.4, 0.9]) for i in ids}
+    budget = rng.randint(1, 4)
+    plain, _ = rank_from_queries(
+        supports, {}, set(ids), {}, weights, 1.0, len(ids), scoring="weighted", power=3.0
+    )
+    raw = {r.id: r for r in plain}
+
+    def order(rel: dict[str, float]) -> Any:
+        return lambda i: (
+            -raw[i].score * max(rel[i], RELEVANCE_FLOOR) ** 2,
+            -raw[i].similarity,
+            -raw[i].support,
+            i,
+        )
+
+    shortlist = sorted(raw, key=order(first))[: refine_depth(budget)]
+    expected = sorted(shortlist, key=order(finer))[:budget]
+    top, _ = rank_from_queries(
+        supports, {}, set(ids), {}, weights, 1.0, budget, scoring="weighted", power=3.0,
+        relevance=lambda b: {i: first[i] for i in b}, relevance_power=2.0,
+        refine=lambda b: {i: finer[i] for i in b},
+    )  # fmt: skip
+    assert [r.id for r in top] == expected

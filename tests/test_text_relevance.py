@@ -258,7 +258,8 @@ def test_a_namespace_without_word_counts_weighs_words_alike_until_they_are_count
 
     from evomem import keys
 
-    with _open(tmp_path, redis_url, Settings().relevance_power) as memory:
+    settings = Settings(data_dir=tmp_path / "d", redis_url=redis_url, controller="rules", relevance="idf")
+    with Memory.open(settings) as memory:
         sibling_world(memory)
         redis_client.delete(keys.insight_words("ns"))  # as an evomem that kept no counts left it
         served = memory.retriever.retrieve(TOPIC_TASK, "ns", record=False).insights[0].text
@@ -293,3 +294,53 @@ def test_the_scale_benchmarks_exact_reference_ranks_as_the_retriever(
         tasks = [("ns", TOPIC_TASK), ("ns", SIBLING_TASK), ("ns", "Review our use of bloom filters and cron")]
         got = exact_recall(memory, tasks)
     assert got["recall"] == 1.0 and got["same_order"] == 1.0
+
+
+def _idf_memory(tmp_path: Path, redis_url: str) -> Memory:
+    settings = Settings(data_dir=tmp_path / "d", redis_url=redis_url, controller="rules", relevance="idf")
+    memory = Memory.open(settings)
+    assert isinstance(memory, Memory)
+    sibling_world(memory)
+    return memory
+
+
+def _teach_one_more(memory: Memory) -> None:
+    memory.report(None, namespace="ns", query="Plan the cron scheduling rollout", status="resolved",
+                  proposed_insight=topic_lesson("cron scheduling", "overlap lock"))  # fmt: skip
+    memory.consolidate()  # applied, then projected
+
+
+def test_a_retrieval_process_keeps_the_word_counts_until_its_projector_writes_a_new_insight(
+    tmp_path: Path, redis_url: str, redis_client: Any
+) -> None:
+    with _idf_memory(tmp_path, redis_url) as memory:
+        retriever = memory.retriever
+        assert retriever.words_announced  # an embedded index: its projector tells the retriever
+        memory.retrieve(TOPIC_TASK, "ns")
+        kept = retriever._word_weights["ns"]
+        assert kept.total == len(FILLER) + 2
+        memory.retrieve(SIBLING_TASK, "ns")
+        assert retriever._word_weights["ns"] is kept  # nothing new: no read of the count
+        _teach_one_more(memory)  # the projector drops what was kept
+        assert "ns" not in retriever._word_weights
+        memory.retrieve(TOPIC_TASK, "ns")
+        assert retriever._word_weights["ns"].total == len(FILLER) + 3
+
+
+def test_without_announcements_a_retrieval_reads_the_count_of_insights_and_starts_again_when_it_moved(
+    tmp_path: Path, redis_url: str, redis_client: Any
+) -> None:
+    with _idf_memory(tmp_path, redis_url) as memory:
+        retriever = memory.retriever
+        retriever.words_announced = False  # as with a Qdrant server that other processes write
+        projector = memory.runtime.projector
+        assert projector is not None
+        projector.on_new_insights = None
+        memory.retrieve(TOPIC_TASK, "ns")
+        kept = retriever._word_weights["ns"]
+        memory.retrieve(SIBLING_TASK, "ns")
+        assert retriever._word_weights["ns"] is kept  # the count read the same
+        _teach_one_more(memory)
+        memory.retrieve(TOPIC_TASK, "ns")
+        assert retriever._word_weights["ns"] is not kept
+        assert retriever._word_weights["ns"].total == kept.total + 1

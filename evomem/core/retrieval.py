@@ -181,6 +181,7 @@ def rank_from_queries(
     power: float = 1.0,
     relevance: Callable[[Sequence[str]], Mapping[str, float]] | None = None,
     relevance_power: float = 0.0,
+    refine: Callable[[Sequence[str]], Mapping[str, float]] | None = None,
 ) -> tuple[list[Ranked], int]:
     """``rank_insights(candidates_from_queries(...))`` without building a candidate per insight, and
     (the candidates, how many there were).
@@ -190,7 +191,9 @@ def rank_from_queries(
     that can still be served. ``active``: the ids named by ``supports`` that are active insights;
     ``heirs``: the active insights that inherit from a named id, with what they inherit (each such
     insight is supported by the union of its own supporters and theirs). ``weights`` holds w(q) of
-    every query of Q̃ˢ. ``relevance`` gives, for a batch of ids, each one's text relevance.
+    every query of Q̃ˢ. ``relevance`` gives, for a batch of ids, each one's text relevance;
+    ``refine`` a finer one, asked once for the ``refine_depth(budget)`` candidates ``relevance``
+    ranks first, which are then ranked by it instead (``_refined``).
     """
     # per insight: [s, Σ w^p over Ω⁺ ∩ Q̃ˢ, best w]; a query names an insight at most once
     pos: dict[str, list[float]] = {}
@@ -246,14 +249,17 @@ def rank_from_queries(
     scored.sort()
     if scoring == "weighted" and relevance is not None and relevance_power > 0.0:
         ask = relevance
+        raw = {item[3]: -item[0] for item in scored} if refine is not None else {}
         scored = _by_relevance(
             scored,
-            budget,
+            refine_depth(budget) if refine is not None else budget,
             lambda items: ask([item[3] for item in items]),  # one read of their texts a batch
             relevance_power,
             batch=max(2 * budget, 8),
             grow=2,
         )
+        if refine is not None:
+            scored = _refined(scored, raw, refine([item[3] for item in scored]), relevance_power)
     top = [
         Ranked(i, -neg_r, int(-neg_s), int(c), -neg_sim) for neg_r, neg_sim, neg_s, i, c in scored[:budget]
     ]
@@ -286,6 +292,7 @@ def rank_insights(
     power: float = 1.0,
     relevance: Callable[[Candidate], float] | None = None,
     relevance_power: float = 0.0,
+    refine: Callable[[Candidate], float] | None = None,
 ) -> list[ScoredInsight]:
     """Top-B of the active candidates supported in Q̃ˢ (Eq. 7 and 10).
 
@@ -294,7 +301,8 @@ def rank_insights(
     support, then to the id, so the order is deterministic. ``scoring="weighted"`` needs ``weights``
     and counts each query by its weight raised to ``power`` (above 1, near-identical tasks count for
     more against many loosely similar ones); with ``relevance`` (weighted only), r is multiplied by
-    max(relevance(insight), ``RELEVANCE_FLOOR``) to ``relevance_power``.
+    max(relevance(insight), ``RELEVANCE_FLOOR``) to ``relevance_power``; with ``refine`` too, the
+    ``refine_depth(budget)`` insights ranked first so are ranked again with it in its place.
     """
     expanded = expanded if isinstance(expanded, set | frozenset) else frozenset(expanded)
     if scoring == "weighted" and weights is None:
@@ -329,9 +337,14 @@ def rank_insights(
     scored.sort()
     if scoring == "weighted" and relevance is not None and relevance_power > 0.0:
         rel_of = relevance
+        raw = {item[3]: -item[0] for item in scored}
+        depth = refine_depth(budget) if refine is not None else budget
         scored = _by_relevance(
-            scored, budget, lambda items: {item[3]: rel_of(item[6]) for item in items}, relevance_power
+            scored, depth, lambda items: {item[3]: rel_of(item[6]) for item in items}, relevance_power
         )
+        if refine is not None:
+            finer = refine
+            scored = _refined(scored, raw, {item[3]: finer(item[6]) for item in scored}, relevance_power)
     return [
         ScoredInsight(cand.id, cand.text, -neg_r, -neg_s, c, cand.version, -neg_sim)
         for neg_r, neg_sim, neg_s, _, _, c, cand in scored[:budget]
@@ -340,6 +353,23 @@ def rank_insights(
 
 #: The least text relevance an insight is ranked with: a generic insight is discounted, never dropped.
 RELEVANCE_FLOOR = 0.02
+
+
+def refine_depth(budget: int) -> int:
+    """How many of the insights a first relevance ranks first a finer one ranks again."""
+    return max(2 * budget, 8)
+
+
+def _refined(
+    scored: Sequence[tuple[Any, ...]], raw: Mapping[str, float], finer: Mapping[str, float], power: float
+) -> list[tuple[Any, ...]]:
+    """``scored`` (tuples (−r · rel^power, ..., id at [3], ...)) ranked again with ``finer`` in place
+    of the first relevance: −raw r · max(finer, floor)^power, ties as before."""
+    out = [
+        (-raw[item[3]] * max(finer.get(item[3], 0.0), RELEVANCE_FLOOR) ** power, *item[1:]) for item in scored
+    ]
+    out.sort()
+    return out
 
 
 def _by_relevance(
@@ -398,29 +428,27 @@ def idf(count: int, total: int) -> float:
 
 
 def idf_relevance(
-    task: Collection[int],
+    task: set[int] | frozenset[int],
     insight: Collection[int],
     squared: Mapping[int, float],
     task_norm2: float | None = None,
+    insight_norm2: float | None = None,
 ) -> float:
     """``text_relevance`` with each word weighed by its rarity: the cosine of the two word sets as
     vectors of IDF weights. ``squared`` holds the squared weight of every feature of both (one left
-    out weighs 0); ``task_norm2`` the task's sum of them, when known. With every weight equal it
-    is ``text_relevance`` exactly; otherwise a word that most insights share (``for``, ``the``)
-    counts for little against one that names the task's subject."""
+    out weighs 0); ``task_norm2`` and ``insight_norm2`` each one's sum of them, when known. With
+    every weight equal it is ``text_relevance`` exactly; otherwise a word that most insights share
+    (``check``, ``first``) counts for little against one that names the task's subject."""
     if not task or not insight:
         return 0.0
-    shared = own = 0.0
-    for f in insight:
-        w2 = squared.get(f, 0.0)
-        own += w2
-        if f in task:
-            shared += w2
+    shared = sum(squared.get(f, 0.0) for f in task.intersection(insight))
     if shared <= 0.0:
         return 0.0
     if task_norm2 is None:
         task_norm2 = sum(squared.get(f, 0.0) for f in task)
-    return min(1.0, shared / math.sqrt(task_norm2 * own))
+    if insight_norm2 is None:
+        insight_norm2 = sum(squared.get(f, 0.0) for f in insight)
+    return min(1.0, shared / math.sqrt(task_norm2 * insight_norm2))
 
 
 def _overlap(evidence: Collection[str], expanded: Collection[str]) -> int:
@@ -446,6 +474,7 @@ __all__ = [
     "idf_relevance",
     "rank_from_queries",
     "rank_insights",
+    "refine_depth",
     "support",
     "with_queries",
 ]

@@ -10,6 +10,7 @@ still be served have their text read (for their relevance to the task, and to se
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
@@ -58,37 +59,85 @@ COUNT_WORDS_RETRY_S = 30.0
 
 
 class WordWeights:
-    """The squared IDF weights of the words one retrieval weighs text relevance by, from the
-    namespace's word counts (``RetrievalGraph.word_counts``: how many of its insights hold each
-    word), read as the candidates come: one read a batch of them. ``load`` is False when the
-    namespace's counts are incomplete (then every word weighs alike: the cosine)."""
+    """The squared IDF weights text relevance weighs words by, for one namespace while it holds
+    ``total`` insights, from its word counts (``RetrievalGraph.word_counts``: how many of its
+    insights hold each word), read as candidates come; and each insight's own sum of them, by id
+    (its text never changes). Every change of a word's count comes with a change of ``total`` (a
+    node created, or a recount, which sets both), so what it holds is exact while ``total`` reads
+    the same: a retriever keeps one per namespace across retrievals and starts a new one when the
+    count moves (``Retriever._word_weights``)."""
 
-    __slots__ = ("graph", "namespace", "squared", "total")
+    __slots__ = ("graph", "namespace", "norms", "squared", "total")
 
-    def __init__(self, graph: RetrievalGraph, namespace: str) -> None:
+    def __init__(self, graph: RetrievalGraph, namespace: str, total: int) -> None:
         self.graph = graph
         self.namespace = namespace
-        self.total: int | None = None  # the insights counted, as first read
+        self.total = total
         self.squared: dict[int, float] = {}
+        self.norms: dict[str, float] = {}
 
-    def load(self, features: Iterable[int]) -> bool:
-        missing = [f for f in dict.fromkeys(features) if f not in self.squared]
-        if not missing and self.total is not None:
-            return True
-        got = self.graph.word_counts(self.namespace, missing)
+    @classmethod
+    def read(
+        cls, graph: RetrievalGraph, namespace: str, features: Iterable[int], held: WordWeights | None = None
+    ) -> WordWeights | None:
+        """The weights of ``features`` as the namespace's counts stand: ``held`` when its count of
+        insights still reads the same (only the features it lacks are read), else a new one; None
+        while the counts are incomplete. One read, two when the count moved."""
+        wanted = list(dict.fromkeys(features))
+        got = graph.word_counts(namespace, held.missing(wanted) if held is not None else wanted)
         if got is None:
-            return False
+            return None
         total, counts = got
-        if self.total is None:
-            self.total = total
-        for f in missing:
-            self.squared[f] = idf(counts.get(f, 0), self.total) ** 2
-        return True
+        if held is None or held.total != total:
+            if held is not None:  # what was read is the missing part only: read them all again
+                again = graph.word_counts(namespace, wanted)
+                if again is None:
+                    return None
+                total, counts = again
+            held = cls(graph, namespace, total)
+        held.hold(counts, wanted)
+        return held
 
-    def relevance(
-        self, task: Collection[int], words: Collection[int], task_norm2: float | None = None
-    ) -> float:
+    def missing(self, features: Iterable[int]) -> list[int]:
+        squared = self.squared
+        return [f for f in dict.fromkeys(features) if f not in squared]
+
+    def hold(self, counts: dict[int, int], features: Iterable[int]) -> None:
+        for f in features:
+            if f not in self.squared:
+                self.squared[f] = idf(counts.get(f, 0), self.total) ** 2
+
+    def load(self, features: Iterable[int]) -> None:
+        """Read the counts of the features not held yet (one read; none when all are held)."""
+        missing = self.missing(features)
+        if missing:
+            got = self.graph.word_counts(self.namespace, missing)
+            self.hold(got[1] if got is not None else {}, missing)
+
+    def relevance(self, task: set[int], words: Collection[int], task_norm2: float) -> float:
+        """``idf_relevance`` of one word set, its features held."""
         return idf_relevance(task, words, self.squared, task_norm2)
+
+    def relevances(
+        self, task: set[int], sets: dict[str, Collection[int]], task_norm2: float
+    ) -> dict[str, float]:
+        """``idf_relevance`` of each insight's word set, by id, every feature held: each insight's
+        own sum of squared weights is kept by id (its text never changes), so what is left per
+        insight is the intersection with the task's words."""
+        squared, norms = self.squared, self.norms
+        weight, own_sum, meet, sqrt = squared.__getitem__, norms.get, task.intersection, math.sqrt
+        out: dict[str, float] = {}
+        for i, words in sets.items():
+            shared = meet(words)
+            if not shared:
+                out[i] = 0.0
+                continue
+            own = own_sum(i)
+            if own is None:
+                own = norms[i] = sum(map(weight, words))
+            top = sum(map(weight, shared))
+            out[i] = min(1.0, top / sqrt(task_norm2 * own)) if top > 0.0 and own > 0.0 < task_norm2 else 0.0
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +200,11 @@ class Retriever:
         self._warmed = 0
         self._warm_s: float | None = None
         self._count_after: dict[str, float] = {}  # namespace -> when to ask to count its words again
+        self._word_weights: dict[str, WordWeights] = {}  # namespace -> its words' weights, kept
+        # True when every insight new to the index is announced (``insights_added``, by this
+        # process's projector): the kept weights are then used without reading the namespace's
+        # count of insights each retrieval
+        self.words_announced = False
 
     def similar_queries(self, namespace: str, query: str, k: int | None = None) -> list[str]:
         vector = self.embedder.embed([query])[0]
@@ -210,12 +264,9 @@ class Retriever:
                 budget or s.budget,
                 scoring=s.scoring,
                 power=s.similarity_power,
-                relevance=(
-                    self._relevance(task_words, namespace, texts, s.relevance == "idf")
-                    if s.relevance_power > 0
-                    else None
-                ),
+                relevance=self._relevance(task_words, namespace, texts) if s.relevance_power > 0 else None,
                 relevance_power=s.relevance_power,
+                refine=self._idf_relevance(task_words, namespace, texts) if s.relevance == "idf" else None,
             )  # Eq. 8-10
             texts.update(self.index.read_insights(namespace, [r.id for r in top if r.id not in texts]))
             ranked = [
@@ -263,61 +314,100 @@ class Retriever:
             return word_part(vector, task_words)
         return None
 
-    def _relevance(
-        self, task: set[int], namespace: str, texts: dict[str, ServingInsight], by_idf: bool
-    ) -> Callable[[Sequence[str]], dict[str, float]]:
-        """How much each candidate's text is about the task (``task``: its word 1-2-gram set): the
-        cosine of their word sets, each word weighed by its IDF among the namespace's insights
-        (``by_idf``, ``EVOMEM_RELEVANCE=idf``: ``idf_relevance``) or all alike (``text_relevance``).
-        An insight's text never changes, so its set is kept by id; the texts not kept yet are read
-        in one batch, and left in ``texts`` for serving."""
+    def _word_sets(
+        self, namespace: str, ids: Sequence[str], texts: dict[str, ServingInsight]
+    ) -> dict[str, Collection[int]]:
+        """Each insight's word 1-2-gram set, by id: kept by id (a text never changes), else from its
+        text read in this retrieval (``texts``), else read now in one batch (left in ``texts``)."""
         cache = self._text_features
         capacity = self.settings.text_cache
-        weights = WordWeights(self.graph, namespace) if by_idf else None
-        task_norm2 = 0.0
+        sets: dict[str, Collection[int]] = {}
+        missing = []
+        for i in ids:
+            words = cache.get(i)
+            if words is not None:
+                sets[i] = words
+            elif i in texts:
+                sets[i] = word_features(texts[i].text)
+            else:
+                missing.append(i)
+        if missing:
+            read = self.index.read_insights(namespace, missing)
+            texts.update(read)
+            for i, ins in read.items():
+                words = array("I", word_features(ins.text))  # distinct, 4 bytes each
+                sets[i] = words
+                if capacity <= 0:
+                    continue
+                with self._text_lock:  # retrievals may run on several threads (the HTTP service)
+                    if len(cache) >= capacity:
+                        # the oldest entry, in O(1): deleting a plain dict's first key leaves a hole
+                        # that every later ``next(iter(...))`` walks past (7.6 µs at 65,536 entries)
+                        cache.popitem(last=False)
+                    cache[i] = words
+        return sets
+
+    def _relevance(
+        self, task: set[int], namespace: str, texts: dict[str, ServingInsight]
+    ) -> Callable[[Sequence[str]], dict[str, float]]:
+        """How much each candidate's text is about the task (``task``: its word 1-2-gram set): the
+        cosine of their word sets (``text_relevance``). An insight's text never changes, so its set
+        is kept by id; the texts not kept yet are read in one batch, and left in ``texts`` for
+        serving."""
 
         def rel(ids: Sequence[str]) -> dict[str, float]:
-            nonlocal weights, task_norm2
-            sets: dict[str, Collection[int]] = {}
-            missing = []
-            for i in ids:
-                words = cache.get(i)
-                if words is None:
-                    missing.append(i)
-                else:
-                    sets[i] = words
-            if missing:
-                read = self.index.read_insights(namespace, missing)
-                texts.update(read)
-                for i, ins in read.items():
-                    words = array("I", word_features(ins.text))  # distinct, 4 bytes each
-                    sets[i] = words
-                    if capacity <= 0:
-                        continue
-                    with self._text_lock:  # retrievals may run on several threads (the HTTP service)
-                        if len(cache) >= capacity:
-                            # the oldest entry, in O(1): deleting a plain dict's first key leaves a hole
-                            # that every later ``next(iter(...))`` walks past (7.6 µs at 65,536 entries)
-                            cache.popitem(last=False)
-                        cache[i] = words
-            if weights is not None:
-                first = weights.total is None
-                wanted = [f for words in sets.values() for f in words]
-                try:
-                    loaded = weights.load([*task, *wanted] if first else wanted)
-                except TransientError:  # Redis unreachable: this retrieval weighs words alike (fails open)
-                    weights = None
-                else:
-                    if not loaded:
-                        weights = None
-                        self._count_words_later(namespace)
-                    elif first:
-                        task_norm2 = sum(weights.squared[f] for f in task)
-            if weights is not None:
-                return {i: weights.relevance(task, words, task_norm2) for i, words in sets.items()}
+            sets = self._word_sets(namespace, ids, texts)
             return {i: text_relevance(task, words) for i, words in sets.items()}
 
         return rel
+
+    def _idf_relevance(
+        self, task: set[int], namespace: str, texts: dict[str, ServingInsight]
+    ) -> Callable[[Sequence[str]], dict[str, float]]:
+        """The cosine of the word sets with each word weighed by its IDF among the namespace's
+        insights (``EVOMEM_RELEVANCE=idf``: ``idf_relevance``), for the few candidates the plain
+        cosine ranks first (``refine_depth``): one read of the namespace's word counts (its count
+        of insights, and the counts of the words not held yet: ``WordWeights``). The plain cosine
+        while the counts are incomplete (they are then counted in the background) or Redis is
+        unreachable (the retrieval fails open)."""
+
+        def refine(ids: Sequence[str]) -> dict[str, float]:
+            sets = self._word_sets(namespace, ids, texts)
+            weights: WordWeights | None = None
+            try:
+                weights = self._word_weights_for(namespace, [*task, *(f for w in sets.values() for f in w)])
+            except TransientError:
+                pass
+            else:
+                if weights is None:
+                    self._count_words_later(namespace)
+            if weights is None:
+                return {i: text_relevance(task, words) for i, words in sets.items()}
+            return weights.relevances(task, sets, sum(weights.squared[f] for f in task))
+
+        return refine
+
+    def _word_weights_for(self, namespace: str, features: Sequence[int]) -> WordWeights | None:
+        """The namespace's word weights for ``features``, kept across retrievals while its count of
+        insights stays the same (``WordWeights``); at most ``text_cache`` insights' own sums are
+        kept, and as many namespaces as the tenancy cache keeps settings."""
+        held = self._word_weights.get(namespace)
+        if held is not None and self.words_announced:
+            held.load(features)
+            return held
+        weights = WordWeights.read(self.graph, namespace, features, held)
+        if weights is not None and weights is not held:
+            if len(self._word_weights) >= self.settings.tenancy_cache_entries:
+                self._word_weights.clear()
+            self._word_weights[namespace] = weights
+        if weights is not None and len(weights.norms) > self.settings.text_cache:
+            weights.norms.clear()
+        return weights
+
+    def insights_added(self, namespaces: Collection[str]) -> None:
+        """New insights reached the index in these namespaces: their word counts moved."""
+        for ns in namespaces:
+            self._word_weights.pop(ns, None)
 
     def _count_words_later(self, namespace: str) -> None:
         """Count the words of a namespace whose counts are incomplete (its insights were written by

@@ -75,6 +75,16 @@ for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('HSET', KEYS[1], '#n', ARGV[1], '#complete', 1)
 return 1
 """
+# Read word counts: the features travel as one comma-separated argument and the counts come back as
+# one string ("N,n1,n2,..."; an empty n: no insight holds it), so a retrieval that asks for hundreds
+# does not pay the client's encoding and parsing per feature. Nothing while the counts are incomplete.
+# KEYS: the counts. ARGV: the features.
+_WORD_COUNTS = """
+if not redis.call('HGET', KEYS[1], '#complete') then return false end
+local out = {redis.call('HGET', KEYS[1], '#n') or '0'}
+for f in string.gmatch(ARGV[1], '[^,]+') do out[#out + 1] = redis.call('HGET', KEYS[1], f) or '' end
+return table.concat(out, ',')
+"""
 #: Insights whose texts ``count_words`` reads a round trip.
 COUNT_BATCH = 1000
 
@@ -104,6 +114,7 @@ class RedisGraphStore:
         self._apply = self.r.register_script(_lua("apply.lua"))
         self._link = self.r.register_script(_LINK)
         self._count_words = self.r.register_script(_COUNT_WORDS)
+        self._word_counts = self.r.register_script(_WORD_COUNTS)
 
     # -- writes ------------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
@@ -280,10 +291,11 @@ class RedisGraphStore:
 
     def word_counts(self, namespace: str, features: Collection[int]) -> tuple[int, dict[int, int]] | None:
         fields = list(dict.fromkeys(features))
-        raw = self.r.hmget(keys.insight_words(namespace), [keys.WORDS_COMPLETE, keys.WORDS_TOTAL, *fields])
-        if raw[0] is None:
+        raw = self._word_counts(keys=[keys.insight_words(namespace)], args=[",".join(map(str, fields))])
+        if raw is None:
             return None
-        return int(raw[1] or 0), {f: int(n) for f, n in zip(fields, raw[2:], strict=True) if n is not None}
+        total, *counts = _s(raw).split(",")
+        return int(total), {f: int(n) for f, n in zip(fields, counts, strict=True) if n}
 
     def count_words(self, namespace: str) -> bool:
         ids = sorted(_s(i) for i in self.r.smembers(keys.namespace_insights(namespace)))
