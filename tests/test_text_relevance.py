@@ -237,13 +237,20 @@ def sibling_world(memory: Memory) -> None:
         memory.consolidate()
 
 
+def sibling_memory(tmp_path: Path, redis_url: str, relevance: str = "idf") -> Memory:
+    """A memory on ``sibling_world``, text relevance weighing words as ``relevance`` says."""
+    settings = Settings(data_dir=tmp_path / "d", redis_url=redis_url, controller="rules", relevance=relevance)
+    memory = Memory.open(settings)
+    assert isinstance(memory, Memory)
+    sibling_world(memory)
+    return memory
+
+
 @pytest.mark.parametrize("relevance", ["idf", "cosine"])
 def test_a_word_that_names_the_subject_outweighs_those_every_lesson_holds(
     tmp_path: Path, redis_url: str, redis_client: Any, relevance: str
 ) -> None:
-    settings = Settings(data_dir=tmp_path / "d", redis_url=redis_url, controller="rules", relevance=relevance)
-    with Memory.open(settings) as memory:
-        sibling_world(memory)
+    with sibling_memory(tmp_path, redis_url, relevance) as memory:
         first = memory.retrieve(TOPIC_TASK, "ns").insights[0].text
     # the sibling's lesson is supported by a task worded as this one (similarity 0.9 against 0.34);
     # with every word alike the two lessons' texts are about as near the task
@@ -258,9 +265,7 @@ def test_a_namespace_without_word_counts_weighs_words_alike_until_they_are_count
 
     from evomem import keys
 
-    settings = Settings(data_dir=tmp_path / "d", redis_url=redis_url, controller="rules", relevance="idf")
-    with Memory.open(settings) as memory:
-        sibling_world(memory)
+    with sibling_memory(tmp_path, redis_url) as memory:
         redis_client.delete(keys.insight_words("ns"))  # as an evomem that kept no counts left it
         served = memory.retriever.retrieve(TOPIC_TASK, "ns", record=False).insights[0].text
         assert served == topic_lesson("job scheduling", "priority queue")  # the cosine, meanwhile
@@ -288,20 +293,10 @@ def test_the_scale_benchmarks_exact_reference_ranks_as_the_retriever(
 ) -> None:
     from bench.scale_service import exact_recall
 
-    settings = Settings(data_dir=tmp_path / "d", redis_url=redis_url, controller="rules", relevance=relevance)
-    with Memory.open(settings) as memory:
-        sibling_world(memory)
+    with sibling_memory(tmp_path, redis_url, relevance) as memory:
         tasks = [("ns", TOPIC_TASK), ("ns", SIBLING_TASK), ("ns", "Review our use of bloom filters and cron")]
         got = exact_recall(memory, tasks)
     assert got["recall"] == 1.0 and got["same_order"] == 1.0
-
-
-def _idf_memory(tmp_path: Path, redis_url: str) -> Memory:
-    settings = Settings(data_dir=tmp_path / "d", redis_url=redis_url, controller="rules", relevance="idf")
-    memory = Memory.open(settings)
-    assert isinstance(memory, Memory)
-    sibling_world(memory)
-    return memory
 
 
 def _teach_one_more(memory: Memory) -> None:
@@ -313,7 +308,7 @@ def _teach_one_more(memory: Memory) -> None:
 def test_a_retrieval_process_keeps_the_word_counts_until_its_projector_writes_a_new_insight(
     tmp_path: Path, redis_url: str, redis_client: Any
 ) -> None:
-    with _idf_memory(tmp_path, redis_url) as memory:
+    with sibling_memory(tmp_path, redis_url) as memory:
         retriever = memory.retriever
         assert retriever.words_announced  # an embedded index: its projector tells the retriever
         memory.retrieve(TOPIC_TASK, "ns")
@@ -330,7 +325,7 @@ def test_a_retrieval_process_keeps_the_word_counts_until_its_projector_writes_a_
 def test_without_announcements_a_retrieval_reads_the_count_of_insights_and_starts_again_when_it_moved(
     tmp_path: Path, redis_url: str, redis_client: Any
 ) -> None:
-    with _idf_memory(tmp_path, redis_url) as memory:
+    with sibling_memory(tmp_path, redis_url) as memory:
         retriever = memory.retriever
         retriever.words_announced = False  # as with a Qdrant server that other processes write
         projector = memory.runtime.projector

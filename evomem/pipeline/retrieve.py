@@ -10,7 +10,6 @@ still be served have their text read (for their relevance to the task, and to se
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import uuid
@@ -121,22 +120,15 @@ class WordWeights:
     def relevances(
         self, task: set[int], sets: dict[str, Collection[int]], task_norm2: float
     ) -> dict[str, float]:
-        """``idf_relevance`` of each insight's word set, by id, every feature held: each insight's
-        own sum of squared weights is kept by id (its text never changes), so what is left per
-        insight is the intersection with the task's words."""
+        """``idf_relevance`` of each insight's word set, by id, every feature held; each insight's
+        own sum of squared weights is kept by id (its text never changes)."""
         squared, norms = self.squared, self.norms
-        weight, own_sum, meet, sqrt = squared.__getitem__, norms.get, task.intersection, math.sqrt
         out: dict[str, float] = {}
         for i, words in sets.items():
-            shared = meet(words)
-            if not shared:
-                out[i] = 0.0
-                continue
-            own = own_sum(i)
+            own = norms.get(i)
             if own is None:
-                own = norms[i] = sum(map(weight, words))
-            top = sum(map(weight, shared))
-            out[i] = min(1.0, top / sqrt(task_norm2 * own)) if top > 0.0 and own > 0.0 < task_norm2 else 0.0
+                own = norms[i] = sum(squared[f] for f in words)
+            out[i] = idf_relevance(task, words, squared, task_norm2, own)
         return out
 
 
