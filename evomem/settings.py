@@ -210,6 +210,14 @@ class Settings(BaseSettings):
         description="insight word sets a retrieval process keeps in memory for text relevance (about "
         "400 B each: 400 MB at a million), the oldest dropped first; 0: read every candidate's text",
     )
+    word_table: int = Field(
+        1_048_576,
+        ge=0,
+        le=1 << 30,
+        description="word counts a retrieval process on the embedded index keeps whole for relevance=idf "
+        "(about 80 B each), across namespaces; a namespace with more words has the counts a retrieval "
+        "needs read each time; 0: always read them",
+    )
     text_cache_warm: bool = Field(
         True,
         description="a following retrieval process (the service, MCP, Memory.follow) fills its word-set "

@@ -1111,10 +1111,16 @@ def test_every_new_node_counts_its_words_and_counting_afresh_agrees(store: Graph
     assert counted[1][next(iter(word_features("cron")))] == 2
     assert store.word_counts("elsewhere", features) is None
 
+    assert store.word_table(NS, len(expected)) == (3, dict(expected))  # every word, nothing else
+    assert store.word_table(NS, len(expected) - 1) is None  # more words than asked for
+    assert store.word_table("elsewhere", 100) is None
+
     _forget_word_counts(store)
     assert store.word_counts(NS, features) is None
+    assert store.word_table(NS, 100) is None
     assert store.count_words(NS)
     assert store.word_counts(NS, features) == (3, dict(expected))
+    assert store.word_table(NS, len(expected)) == (3, dict(expected))
 
 
 def test_counting_afresh_writes_nothing_when_an_insight_came_meanwhile(redis_client: Any) -> None:

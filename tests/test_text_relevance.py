@@ -305,21 +305,61 @@ def _teach_one_more(memory: Memory) -> None:
     memory.consolidate()  # applied, then projected
 
 
-def test_a_retrieval_process_keeps_the_word_counts_until_its_projector_writes_a_new_insight(
+class _Reads:
+    """Counts a graph store's reads of word counts."""
+
+    def __init__(self, graph: Any) -> None:
+        self.calls: list[str] = []
+        for name in ("word_counts", "word_table"):
+            real = getattr(graph, name)
+            setattr(graph, name, self._spy(name, real))
+
+    def _spy(self, name: str, real: Any) -> Any:
+        def call(*args: Any) -> Any:
+            self.calls.append(name)
+            return real(*args)
+
+        return call
+
+
+def test_a_retrieval_process_keeps_the_whole_word_table_and_reads_only_the_words_of_new_insights(
     tmp_path: Path, redis_url: str, redis_client: Any
 ) -> None:
     with sibling_memory(tmp_path, redis_url) as memory:
         retriever = memory.retriever
         assert retriever.words_announced  # an embedded index: its projector tells the retriever
+        reads = _Reads(memory.graph)
         memory.retrieve(TOPIC_TASK, "ns")
-        kept = retriever._word_weights["ns"]
-        assert kept.total == len(FILLER) + 2
+        assert reads.calls == ["word_table"]
+        table = retriever._word_tables["ns"]
+        assert table.weights is not None and table.weights.total == len(FILLER) + 2
         memory.retrieve(SIBLING_TASK, "ns")
-        assert retriever._word_weights["ns"] is kept  # nothing new: no read of the count
-        _teach_one_more(memory)  # the projector drops what was kept
-        assert "ns" not in retriever._word_weights
-        memory.retrieve(TOPIC_TASK, "ns")
-        assert retriever._word_weights["ns"].total == len(FILLER) + 3
+        memory.retrieve("Words no insight holds: zebra quartz", "ns")
+        assert reads.calls == ["word_table"]  # a word the table lacks is held by none: nothing read
+        _teach_one_more(memory)  # the projector tells the table the new insight's words
+        assert table.pending
+        served = memory.retrieve(TOPIC_TASK, "ns").insights[0].text
+        assert reads.calls == ["word_table", "word_counts"]
+        assert not table.pending and table.weights.total == len(FILLER) + 3
+        assert (table.weights.total, table.counts) == memory.graph.word_table("ns", 1 << 20)
+        assert served.startswith("For cron scheduling")
+
+
+def test_a_namespace_with_more_words_than_the_table_holds_is_read_word_by_word_and_ranks_alike(
+    tmp_path: Path, redis_url: str, redis_client: Any
+) -> None:
+    tasks = [TOPIC_TASK, SIBLING_TASK, "Review our use of bloom filters and cron"]
+    with sibling_memory(tmp_path, redis_url) as memory:
+        whole = [memory.retriever.retrieve(t, "ns", record=False).insights for t in tasks]
+        retriever = memory.retriever
+        assert "ns" in retriever._word_tables
+        retriever.settings = retriever.settings.model_copy(update={"word_table": 10})
+        retriever._word_tables.clear()
+        reads = _Reads(memory.graph)
+        by_word = [memory.retriever.retrieve(t, "ns", record=False).insights for t in tasks]
+        assert "ns" in retriever._no_table and "ns" not in retriever._word_tables
+        assert reads.calls[0] == "word_table" and reads.calls.count("word_table") == 1
+        assert by_word == whole
 
 
 def test_without_announcements_a_retrieval_reads_the_count_of_insights_and_starts_again_when_it_moved(

@@ -237,6 +237,12 @@ class RetrievalGraph(Protocol):
         kept: ``count_words`` completes them)."""
         ...
 
+    def word_table(self, namespace: str, limit: int) -> tuple[int, dict[int, int]] | None:
+        """Every word count of the namespace (``word_counts`` of all the words its insights hold),
+        with how many insights were counted; None while the counts are incomplete, or when its
+        insights hold more than ``limit`` distinct words."""
+        ...
+
     def count_words(self, namespace: str) -> bool:
         """Count the words of every insight of the namespace afresh; False when an insight was
         added meanwhile (nothing written: try again)."""

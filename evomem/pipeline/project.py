@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -68,11 +68,11 @@ class Projector:
         feed: ChangeFeed | None = None,
         link_k: int = 5,
         persist_every_s: float = 0.0,
-        on_new_insights: Callable[[Collection[str]], None] | None = None,
+        on_new_insights: Callable[[Mapping[str, list[str]]], None] | None = None,
     ):
         self.link_k = link_k
-        # told the namespaces of the insights new to the index once they are written (the retriever
-        # keeps its word counts until then: ``Retriever.insights_added``)
+        # told the texts of the insights new to the index, by namespace, once they are written (the
+        # retriever keeps its word counts until then: ``Retriever.insights_added``)
         self.on_new_insights = on_new_insights
         self.graph = graph
         self.index = index
@@ -189,7 +189,10 @@ class Projector:
         pairs: list[tuple[InsightPoint, Vector | None]] = [(p, vectors.get(ref)) for ref, p in newer.items()]
         self.index.write_insights(pairs)
         if unseen and self.on_new_insights is not None:
-            self.on_new_insights({ns for ns, _ in unseen})
+            texts: dict[str, list[str]] = {}
+            for ref in unseen:
+                texts.setdefault(ref[0], []).append(newer[ref].text)
+            self.on_new_insights(texts)
         return len(newer)
 
     def follow(self, stop: threading.Event, block_ms: int = 500) -> None:

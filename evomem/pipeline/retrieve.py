@@ -15,7 +15,7 @@ import time
 import uuid
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -132,6 +132,71 @@ class WordWeights:
         return out
 
 
+class WordTable:
+    """Every word count of one namespace, kept whole by a retrieval process whose projector tells it
+    of each new insight (``Retriever.insights_added``): a word the table lacks is held by no insight,
+    so a retrieval reads nothing. The words of the insights announced since are read again (one
+    read) before the next retrieval weighs any; every other count is as the store holds it, since a
+    count only moves when an insight holding the word is created."""
+
+    __slots__ = ("_lock", "counts", "graph", "namespace", "pending", "weights")
+
+    def __init__(self, graph: RetrievalGraph, namespace: str) -> None:
+        self.graph = graph
+        self.namespace = namespace
+        self.counts: dict[int, int] = {}
+        self.pending: set[int] = set()  # words of insights announced since the counts were read
+        self.weights: WordWeights | None = None
+        self._lock = threading.Lock()
+
+    def load(self, limit: int) -> bool:
+        """Read the whole table (one read); False while the counts are incomplete or hold more than
+        ``limit`` words. Announcements are collected from the table's creation, so none is lost
+        to a read that overlaps them."""
+        got = self.graph.word_table(self.namespace, limit)
+        if got is None:
+            return False
+        total, self.counts = got
+        self.weights = WordWeights(self.graph, self.namespace, total)
+        return True
+
+    def added(self, features: Iterable[int]) -> None:
+        with self._lock:
+            self.pending.update(features)
+
+    def weights_for(self, features: Iterable[int]) -> WordWeights | None:
+        """The weights of ``features``, the announced words read first; None when the store's
+        counts were found incomplete meanwhile (the table is then of no use)."""
+        if self.pending and not self._refresh():
+            return None
+        weights = self.weights
+        if weights is None:
+            return None
+        weights.hold(self.counts, features)
+        return weights
+
+    def _refresh(self) -> bool:
+        with self._lock:
+            pending, self.pending = self.pending, set()
+        try:
+            got = self.graph.word_counts(self.namespace, pending)
+        except BaseException:
+            self.added(pending)  # read again next time
+            raise
+        if got is None:
+            return False
+        total, counts = got
+        for f in pending:
+            n = counts.get(f)
+            if n:
+                self.counts[f] = n
+            else:
+                self.counts.pop(f, None)
+        # a new object: a retrieval on another thread keeps the one it holds whole
+        self.weights = WordWeights(self.graph, self.namespace, total)
+        return True
+
+
 @dataclass(frozen=True, slots=True)
 class TextCacheState:
     """The word-set cache of a retriever (``Retriever.text_cache``), as the health check shows it."""
@@ -193,6 +258,8 @@ class Retriever:
         self._warm_s: float | None = None
         self._count_after: dict[str, float] = {}  # namespace -> when to ask to count its words again
         self._word_weights: dict[str, WordWeights] = {}  # namespace -> its words' weights, kept
+        self._word_tables: dict[str, WordTable] = {}  # namespace -> its whole word counts (announced)
+        self._no_table: set[str] = set()  # namespaces whose counts hold more words than WORD_TABLE
         # True when every insight new to the index is announced (``insights_added``, by this
         # process's projector): the kept weights are then used without reading the namespace's
         # count of insights each retrieval
@@ -380,14 +447,32 @@ class Retriever:
         return refine
 
     def _word_weights_for(self, namespace: str, features: Sequence[int]) -> WordWeights | None:
-        """The namespace's word weights for ``features``, kept across retrievals while its count of
-        insights stays the same (``WordWeights``); at most ``text_cache`` insights' own sums are
-        kept, and as many namespaces as the tenancy cache keeps settings."""
+        """The namespace's word weights for ``features``. Told of every new insight
+        (``words_announced``), from its whole table of counts (``WordTable``), which reads nothing
+        until an insight is added, while the namespace's words fit ``WORD_TABLE``; otherwise kept
+        across retrievals while its count of insights stays the same (``WordWeights``). At most
+        ``text_cache`` insights' own sums are kept, and as many namespaces as the tenancy cache
+        keeps settings."""
+        if self.words_announced and namespace not in self._no_table and self.settings.word_table > 0:
+            table = self._word_tables.get(namespace) or self._load_word_table(namespace)
+            if table is not None and table.weights is not None:  # else loading on another thread
+                weights = table.weights_for(features)
+                if weights is not None:
+                    if len(weights.norms) > self.settings.text_cache:
+                        weights.norms.clear()
+                    return weights
+                with self._text_lock:  # the store's counts were reset: start again
+                    if self._word_tables.get(namespace) is table:
+                        del self._word_tables[namespace]
         held = self._word_weights.get(namespace)
         if held is not None and self.words_announced:
             held.load(features)
             return held
         weights = WordWeights.read(self.graph, namespace, features, held)
+        if weights is not None and self.words_announced and namespace not in self._word_tables:
+            if len(self._no_table) >= self.settings.tenancy_cache_entries:
+                self._no_table.clear()
+            self._no_table.add(namespace)  # counted, so its table did not fit: read word by word
         if weights is not None and weights is not held:
             if len(self._word_weights) >= self.settings.tenancy_cache_entries:
                 self._word_weights.clear()
@@ -396,10 +481,32 @@ class Retriever:
             weights.norms.clear()
         return weights
 
-    def insights_added(self, namespaces: Collection[str]) -> None:
-        """New insights reached the index in these namespaces: their word counts moved."""
-        for ns in namespaces:
+    def _load_word_table(self, namespace: str) -> WordTable | None:
+        """Read a namespace's whole word counts, dropping the other tables kept when all would
+        hold more than ``WORD_TABLE`` words; None when they are incomplete or alone hold more."""
+        table = WordTable(self.graph, namespace)
+        with self._text_lock:  # announced from now on: see ``WordTable.load``
+            self._word_tables[namespace] = table
+        if not table.load(self.settings.word_table):
+            with self._text_lock:
+                if self._word_tables.get(namespace) is table:
+                    del self._word_tables[namespace]
+            return None
+        with self._text_lock:
+            tables = self._word_tables
+            held = sum(len(t.counts) for t in tables.values())
+            if held > self.settings.word_table or len(tables) > self.settings.tenancy_cache_entries:
+                for ns in [ns for ns in tables if ns != namespace]:
+                    del tables[ns]
+        return table
+
+    def insights_added(self, texts: Mapping[str, Sequence[str]]) -> None:
+        """New insights reached the index, their texts by namespace: their words' counts moved."""
+        for ns, new in texts.items():
             self._word_weights.pop(ns, None)
+            table = self._word_tables.get(ns)
+            if table is not None:
+                table.added(f for text in new for f in word_features(text))
 
     def _count_words_later(self, namespace: str) -> None:
         """Count the words of a namespace whose counts are incomplete (its insights were written by
@@ -500,4 +607,4 @@ class Retriever:
         self._recorder.shutdown(wait=True)
 
 
-__all__ = ["STAGES", "Retrieval", "Retriever", "TextCacheState"]
+__all__ = ["STAGES", "Retrieval", "Retriever", "TextCacheState", "WordTable", "WordWeights"]

@@ -460,6 +460,14 @@ class InMemoryGraphStore:
                 return None
             return self._counted[namespace], {f: words[f] for f in features if words[f]}
 
+    def word_table(self, namespace: str, limit: int) -> tuple[int, dict[int, int]] | None:
+        with self._lock:
+            words = self._words.get(namespace)
+            held = {f: n for f, n in words.items() if n} if words is not None else {}
+            if words is None or len(held) > limit:
+                return None
+            return self._counted[namespace], held
+
     def count_words(self, namespace: str) -> bool:
         with self._lock:
             nodes = [n for n in self._insights.values() if n.namespace == namespace]

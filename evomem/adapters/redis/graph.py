@@ -85,6 +85,18 @@ local out = {redis.call('HGET', KEYS[1], '#n') or '0'}
 for f in string.gmatch(ARGV[1], '[^,]+') do out[#out + 1] = redis.call('HGET', KEYS[1], f) or '' end
 return table.concat(out, ',')
 """
+# Read every word count: "N,f1,n1,f2,n2,...", or nothing while the counts are incomplete, or 0 when
+# they hold more than ARGV[1] words. KEYS: the counts.
+_WORD_TABLE = """
+if not redis.call('HGET', KEYS[1], '#complete') then return false end
+if redis.call('HLEN', KEYS[1]) - 2 > tonumber(ARGV[1]) then return 0 end
+local all = redis.call('HGETALL', KEYS[1])
+local out = {redis.call('HGET', KEYS[1], '#n') or '0'}
+for i = 1, #all, 2 do
+  if string.byte(all[i], 1) ~= 35 then out[#out + 1] = all[i]; out[#out + 1] = all[i + 1] end
+end
+return table.concat(out, ',')
+"""
 #: Insights whose texts ``count_words`` reads a round trip.
 COUNT_BATCH = 1000
 
@@ -115,6 +127,7 @@ class RedisGraphStore:
         self._link = self.r.register_script(_LINK)
         self._count_words = self.r.register_script(_COUNT_WORDS)
         self._word_counts = self.r.register_script(_WORD_COUNTS)
+        self._word_table = self.r.register_script(_WORD_TABLE)
 
     # -- writes ------------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
@@ -296,6 +309,13 @@ class RedisGraphStore:
             return None
         total, *counts = _s(raw).split(",")
         return int(total), {f: int(n) for f, n in zip(fields, counts, strict=True) if n}
+
+    def word_table(self, namespace: str, limit: int) -> tuple[int, dict[int, int]] | None:
+        raw = self._word_table(keys=[keys.insight_words(namespace)], args=[limit])
+        if raw is None or raw == 0:
+            return None
+        total, *pairs = _s(raw).split(",")
+        return int(total), {int(f): int(n) for f, n in zip(pairs[::2], pairs[1::2], strict=True)}
 
     def count_words(self, namespace: str) -> bool:
         ids = sorted(_s(i) for i in self.r.smembers(keys.namespace_insights(namespace)))
