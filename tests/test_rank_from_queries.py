@@ -43,6 +43,9 @@ def worlds(draw: st.DrawFn) -> dict[str, object]:
             heirs[heir] = inherited
     relevance = {i: draw(st.sampled_from([0.0, 0.1, 0.5, 1.0])) for i in INSIGHTS}
     finer = {i: draw(st.sampled_from([0.0, 0.05, 0.3, 0.8])) for i in INSIGHTS}
+    # an upper bound of each one's relevance, exact or loose, or none known
+    slack = {i: draw(st.sampled_from([None, 0.0, 0.05, 0.6])) for i in INSIGHTS}
+    ceiling = {i: min(1.0, relevance[i] + d) for i, d in slack.items() if d is not None}
     return {
         "weights": weights,
         "supports": supports,
@@ -51,6 +54,7 @@ def worlds(draw: st.DrawFn) -> dict[str, object]:
         "heirs": heirs,
         "relevance": relevance,
         "refine": draw(st.sampled_from([None, finer])),
+        "ceiling": draw(st.sampled_from([None, ceiling])),
         "lam": draw(st.sampled_from([0.0, 0.5, 1.0, 2.0])),
         "budget": draw(st.integers(1, 5)),
         "scoring": draw(st.sampled_from(["weighted", "count"])),
@@ -85,6 +89,7 @@ def reference(w: Mapping[str, object]) -> list[tuple[str, float, int, int, float
 
 def fast(w: Mapping[str, object]) -> tuple[list[tuple[str, float, int, int, float]], int, list[str]]:
     rel: Mapping[str, float] = w["relevance"]  # type: ignore[assignment]
+    cap: Mapping[str, float] | None = w["ceiling"]  # type: ignore[assignment]
     asked: list[str] = []
 
     def relevance(ids: Sequence[str]) -> dict[str, float]:
@@ -104,6 +109,7 @@ def fast(w: Mapping[str, object]) -> tuple[list[tuple[str, float, int, int, floa
         relevance=relevance,
         relevance_power=w["relevance_power"],  # type: ignore[arg-type]
         refine=(lambda ids: {i: finer[i] for i in ids}) if (finer := w["refine"]) is not None else None,  # type: ignore[index]
+        ceiling=None if cap is None else (lambda ids: {i: cap[i] for i in ids if i in cap}),
     )
     return [(r.id, r.score, r.support, r.conflict, r.similarity) for r in top], n, asked
 
@@ -184,3 +190,32 @@ def test_a_finer_relevance_ranks_again_the_first_that_the_first_relevance_finds(
         refine=lambda b: {i: finer[i] for i in b},
     )  # fmt: skip
     assert [r.id for r in top] == expected
+
+
+def test_a_candidate_its_ceiling_shows_cannot_reach_the_top_is_not_asked_about() -> None:
+    """Forty candidates of nearly the same score, the first two the most relevant: a bound of 0.1 on
+    the others' relevance settles the top two without asking about any past the first batch;
+    without it, every one is asked about."""
+    supports = {f"q{m}": (f"i{m}",) for m in range(40)}
+    weights = {f"q{m}": 1.0 - m / 1000 for m in range(40)}
+    active = {f"i{m}" for m in range(40)}
+    rel = {f"i{m}": 0.5 if m < 2 else 0.1 for m in range(40)}
+
+    def ranked(ceiling: float | None) -> tuple[list[str], list[str]]:
+        asked: list[str] = []
+
+        def relevance(ids: Sequence[str]) -> dict[str, float]:
+            asked.extend(ids)
+            return {i: rel[i] for i in ids}
+
+        top, _ = rank_from_queries(
+            supports, {}, active, {}, weights, 1.0, 2, scoring="weighted",
+            relevance=relevance, relevance_power=2.0,
+            ceiling=None if ceiling is None else (lambda ids: {i: max(rel[i], ceiling) for i in ids}),
+        )  # fmt: skip
+        return [r.id for r in top], asked
+
+    plain, asked_plain = ranked(None)
+    bounded, asked_bounded = ranked(0.1)
+    assert plain == bounded == ["i0", "i1"]
+    assert len(asked_bounded) == 8 and len(asked_plain) == 40

@@ -379,3 +379,25 @@ def test_without_announcements_a_retrieval_reads_the_count_of_insights_and_start
         memory.retrieve(TOPIC_TASK, "ns")
         assert retriever._word_weights["ns"] is not kept
         assert retriever._word_weights["ns"].total == kept.total + 1
+
+
+def test_the_projector_tells_of_new_insights_before_the_index_serves_them(
+    tmp_path: Path, redis_url: str, redis_client: Any
+) -> None:
+    """A retrieval bounds each candidate's relevance by the task words the namespace's insights
+    hold, so none may be served before the retriever has its words."""
+    with sibling_memory(tmp_path, redis_url) as memory:
+        projector, index = memory.runtime.projector, memory.retriever.index
+        assert projector is not None and projector.on_new_insights is not None
+        told = projector.on_new_insights
+        seen: list[tuple[list[str], set[str]]] = []
+
+        def spy(texts: Any) -> None:
+            seen.append((texts["ns"], {text for page in index.scan_insights(1000) for _, text in page}))
+            told(texts)
+
+        projector.on_new_insights = spy
+        _teach_one_more(memory)
+        [(texts, held)] = seen
+        assert texts == [topic_lesson("cron scheduling", "overlap lock")] and texts[0] not in held
+        assert texts[0] in {text for page in index.scan_insights(1000) for _, text in page}

@@ -182,6 +182,7 @@ def rank_from_queries(
     relevance: Callable[[Sequence[str]], Mapping[str, float]] | None = None,
     relevance_power: float = 0.0,
     refine: Callable[[Sequence[str]], Mapping[str, float]] | None = None,
+    ceiling: Callable[[Sequence[str]], Mapping[str, float]] | None = None,
 ) -> tuple[list[Ranked], int]:
     """``rank_insights(candidates_from_queries(...))`` without building a candidate per insight, and
     (the candidates, how many there were).
@@ -193,7 +194,9 @@ def rank_from_queries(
     insight is supported by the union of its own supporters and theirs). ``weights`` holds w(q) of
     every query of Q̃ˢ. ``relevance`` gives, for a batch of ids, each one's text relevance;
     ``refine`` a finer one, asked once for the ``refine_depth(budget)`` candidates ``relevance``
-    ranks first, which are then ranked by it instead (``_refined``).
+    ranks first, which are then ranked by it instead (``_refined``); ``ceiling``, when given, a
+    bound on each one's ``relevance`` that is cheaper to know, so that a candidate it shows cannot
+    reach the top is never asked about (the ranking is the same).
     """
     # per insight: [s, Σ w^p over Ω⁺ ∩ Q̃ˢ, best w]; a query names an insight at most once
     pos: dict[str, list[float]] = {}
@@ -257,6 +260,7 @@ def rank_from_queries(
             relevance_power,
             batch=max(2 * budget, 8),
             grow=2,
+            ceiling=(lambda items: bound([item[3] for item in items])) if (bound := ceiling) else None,
         )
         if refine is not None:
             scored = _refined(scored, raw, refine([item[3] for item in scored]), relevance_power)
@@ -380,20 +384,31 @@ def _by_relevance(
     *,
     batch: int = 1,
     grow: int = 1,
+    ceiling: Callable[[Sequence[tuple[Any, ...]]], Mapping[str, float]] | None = None,
 ) -> list[tuple[Any, ...]]:
     """The top B after multiplying each score r by max(relevance, floor)^power. ``scored``: tuples
     (−r, ..., id at [3], ...) in ascending order (descending r). The factor is at most 1, so once r
     falls below the B-th best product no later candidate can reach the top B: relevance is asked
     for the few candidates that can still be served, ``batch`` of them at a time (the batch
-    multiplied by ``grow`` each time; 1 and 1: one at a time, never one past the stop)."""
+    multiplied by ``grow`` each time; 1 and 1: one at a time, never one past the stop). With
+    ``ceiling`` (an upper bound of each one's relevance, where known), a candidate whose r times its
+    bound's factor is below the B-th best product is passed over unasked: the B-th best only grows."""
     out: list[tuple[Any, ...]] = []
     best: list[float] = []  # the B best products so far, a min-heap: best[0] is the B-th
     n = 0
     while n < len(scored):
         chunk = scored[n : n + batch]
+        step = len(chunk)
         if len(best) >= budget and -chunk[0][0] < best[0]:
             break
-        rel = relevance(chunk)
+        if ceiling is not None and len(best) >= budget:
+            bound, least = ceiling(chunk), best[0]
+            chunk = [
+                item
+                for item in chunk
+                if (b := bound.get(item[3])) is None or -item[0] * max(b, RELEVANCE_FLOOR) ** power >= least
+            ]
+        rel = relevance(chunk) if chunk else {}
         for item in chunk:
             if len(best) >= budget and -item[0] < best[0]:
                 n = len(scored)  # nothing after it can reach the top B
@@ -405,7 +420,7 @@ def _by_relevance(
             elif r > best[0]:
                 heapq.heapreplace(best, r)
         else:
-            n += len(chunk)
+            n += step
             batch *= grow
     out.sort()
     return out[:budget]

@@ -187,12 +187,14 @@ class Projector:
             zip(unseen, self.embedder.embed([newer[ref].text for ref in unseen]), strict=True)
         )
         pairs: list[tuple[InsightPoint, Vector | None]] = [(p, vectors.get(ref)) for ref, p in newer.items()]
-        self.index.write_insights(pairs)
         if unseen and self.on_new_insights is not None:
+            # told before the index holds them, so no retrieval meets an insight whose words the
+            # retriever was not told of (``Retriever.insights_added``)
             texts: dict[str, list[str]] = {}
             for ref in unseen:
                 texts.setdefault(ref[0], []).append(newer[ref].text)
             self.on_new_insights(texts)
+        self.index.write_insights(pairs)
         return len(newer)
 
     def follow(self, stop: threading.Event, block_ms: int = 500) -> None:

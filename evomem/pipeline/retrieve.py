@@ -10,6 +10,7 @@ still be served have their text read (for their relevance to the task, and to se
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
@@ -159,6 +160,11 @@ class WordTable:
         total, self.counts = got
         self.weights = WordWeights(self.graph, self.namespace, total)
         return True
+
+    def holding(self, features: Iterable[int]) -> int:
+        """How many of ``features`` some insight of the namespace holds (announced ones included)."""
+        counts, pending = self.counts, self.pending
+        return sum(1 for f in features if f in counts or f in pending)
 
     def added(self, features: Iterable[int]) -> None:
         with self._lock:
@@ -326,6 +332,7 @@ class Retriever:
                 relevance=self._relevance(task_words, namespace, texts) if s.relevance_power > 0 else None,
                 relevance_power=s.relevance_power,
                 refine=self._idf_relevance(task_words, namespace, texts) if s.relevance == "idf" else None,
+                ceiling=self._ceiling(task_words, namespace) if s.relevance == "idf" else None,
             )  # Eq. 8-10
             texts.update(self.index.read_insights(namespace, [r.id for r in top if r.id not in texts]))
             ranked = [
@@ -419,6 +426,28 @@ class Retriever:
             return {i: text_relevance(task, words) for i, words in sets.items()}
 
         return rel
+
+    def _ceiling(self, task: set[int], namespace: str) -> Callable[[Sequence[str]], dict[str, float]] | None:
+        """A bound on the cosine of each candidate's word set whose set is kept, from its size and
+        how many of the task's words any insight of the namespace holds (its ``WordTable``):
+        min(held, |I|) / √(|T|·|I|). The candidates it shows cannot reach the top are not weighed
+        (``rank_from_queries``); None until the namespace's table is kept."""
+        table = self._word_tables.get(namespace)
+        if table is None or table.weights is None or not task:
+            return None
+        held, size = table.holding(task), len(task)
+        cache = self._text_features
+
+        def bound(ids: Sequence[str]) -> dict[str, float]:
+            out: dict[str, float] = {}
+            for i in ids:
+                words = cache.get(i)
+                if words is not None:
+                    m = len(words)
+                    out[i] = min(held, m) / math.sqrt(size * m) if m else 0.0
+            return out
+
+        return bound
 
     def _idf_relevance(
         self, task: set[int], namespace: str, texts: dict[str, ServingInsight]
