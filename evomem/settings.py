@@ -101,7 +101,7 @@ class Settings(BaseSettings):
         "to this power",
     )
     relevance: Similarity = Field(
-        "cosine",
+        "idf",
         description="how that text relevance weighs words: cosine (every word alike) or idf (the candidates "
         "it ranks first ranked again with each word 1-2-gram weighed by how rare it is among the "
         "namespace's insights)",
@@ -215,7 +215,7 @@ class Settings(BaseSettings):
         ge=0,
         le=1 << 30,
         description="word counts a retrieval process on the embedded index keeps whole for relevance=idf "
-        "(about 80 B each), across namespaces; a namespace with more words has the counts a retrieval "
+        "(about 90 B each), across namespaces; a namespace with more words has the counts a retrieval "
         "needs read each time; 0: always read them",
     )
     text_cache_warm: bool = Field(
