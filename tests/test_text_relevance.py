@@ -401,3 +401,25 @@ def test_the_projector_tells_of_new_insights_before_the_index_serves_them(
         [(texts, held)] = seen
         assert texts == [topic_lesson("cron scheduling", "overlap lock")] and texts[0] not in held
         assert texts[0] in {text for page in index.scan_insights(1000) for _, text in page}
+
+
+def test_a_word_table_that_cannot_be_read_weighs_words_alike_then_is_read_by_a_later_retrieval(
+    tmp_path: Path, redis_url: str, redis_client: Any
+) -> None:
+    from evomem.errors import TransientError
+
+    with sibling_memory(tmp_path, redis_url) as memory:
+        graph, retriever = memory.graph, memory.retriever
+        real = graph.word_table
+
+        def unreachable(*args: Any) -> Any:
+            raise TransientError("redis unreachable")
+
+        graph.word_table = unreachable  # type: ignore[method-assign]
+        served = retriever.retrieve(TOPIC_TASK, "ns", record=False).insights[0].text
+        assert served == topic_lesson("job scheduling", "priority queue")  # the cosine: fails open
+        assert "ns" not in retriever._word_tables and "ns" not in retriever._no_table
+        graph.word_table = real  # type: ignore[method-assign]
+        served = retriever.retrieve(TOPIC_TASK, "ns", record=False).insights[0].text
+        assert served == topic_lesson("cron scheduling", "time zone")
+        assert retriever._word_tables["ns"].weights is not None

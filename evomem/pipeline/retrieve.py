@@ -516,10 +516,15 @@ class Retriever:
         table = WordTable(self.graph, namespace)
         with self._text_lock:  # announced from now on: see ``WordTable.load``
             self._word_tables[namespace] = table
-        if not table.load(self.settings.word_table):
-            with self._text_lock:
-                if self._word_tables.get(namespace) is table:
-                    del self._word_tables[namespace]
+        loaded = False
+        try:
+            loaded = table.load(self.settings.word_table)
+        finally:  # not loaded, or Redis unreachable: read again by a later retrieval
+            if not loaded:
+                with self._text_lock:
+                    if self._word_tables.get(namespace) is table:
+                        del self._word_tables[namespace]
+        if not loaded:
             return None
         with self._text_lock:
             tables = self._word_tables
