@@ -1123,17 +1123,33 @@ def test_every_new_node_counts_its_words_and_counting_afresh_agrees(store: Graph
     assert store.word_table(NS, len(expected)) == (3, dict(expected))
 
 
-def test_counting_afresh_writes_nothing_when_an_insight_came_meanwhile(redis_client: Any) -> None:
+def test_counting_afresh_keeps_the_insights_created_meanwhile_counted(redis_client: Any) -> None:
+    """A busy namespace gets insights while its texts are read: each one's apply script counted its
+    words, and completing the counts keeps them (they are exact, and complete, at once)."""
     store = RedisGraphStore(redis_client)
     g = Graph(store)
-    g.apply(_with_words(ADD("A", "For cron scheduling, check the time zone first.")))
-    g.apply(_with_words(ADD("B", "For git bisect, check the good commit first.")))
-    _forget_word_counts(store)
-    real = store.r.smembers
-    store.r.smembers = lambda key: {b"A"}  # type: ignore[method-assign]  # as read before B came
-    try:
-        assert not store.count_words(NS)
-    finally:
-        store.r.smembers = real  # type: ignore[method-assign]
+    texts = [
+        "For cron scheduling, check the time zone first.",
+        "For git bisect, check the good commit first.",
+    ]
+    g.apply(_with_words(ADD("A", texts[0])))
+    g.apply(_with_words(ADD("B", texts[1])))
+    _forget_word_counts(store)  # as an evomem that kept no counts left it
+    later = "For cron scheduling, verify the overlap lock first."
+    g.apply(_with_words(ADD("C", later)))  # counted by its apply script: the counts are partial
+    real = store._counted_so_far
+    meanwhile = "For git bisect, mark the bad commit first."
+
+    def read_then_one_more(**kwargs: Any) -> Any:
+        got = real(**kwargs)
+        g.apply(_with_words(ADD("D", meanwhile)))  # created while the texts are read
+        return got
+
+    store._counted_so_far = read_then_one_more  # type: ignore[method-assign]
     assert store.word_counts(NS, [1]) is None
-    assert store.count_words(NS) and store.word_counts(NS, [1]) == (2, {})
+    assert store.count_words(NS)
+    expected = Counter(f for t in [*texts, later, meanwhile] for f in word_features(t))
+    assert store.word_counts(NS, set(expected)) == (4, dict(expected))
+    assert store.word_table(NS, 10_000) == (4, dict(expected))  # and nothing else: no zero left over
+    store._counted_so_far = real  # type: ignore[method-assign]
+    assert store.count_words(NS) and store.word_table(NS, 10_000) == (4, dict(expected))  # done once

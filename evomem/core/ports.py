@@ -244,8 +244,9 @@ class RetrievalGraph(Protocol):
         ...
 
     def count_words(self, namespace: str) -> bool:
-        """Count the words of every insight of the namespace afresh; False when an insight was
-        added meanwhile (nothing written: try again)."""
+        """Complete the word counts of a namespace written before they were kept: the words of every
+        insight of the namespace counted afresh, the insights created meanwhile staying counted;
+        True once they are complete (whoever completed them)."""
         ...
 
     def save_retrieval(self, record: RetrievalRecord, ttl_s: int) -> None: ...

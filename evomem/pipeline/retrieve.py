@@ -54,7 +54,7 @@ WARM_BATCH = 1_000
 
 
 #: Seconds before a retrieval process asks again to count a namespace's words (``count_words``)
-#: after an attempt that failed or found insights added meanwhile.
+#: after an attempt that failed (Redis unreachable, say).
 COUNT_WORDS_RETRY_S = 30.0
 
 

@@ -65,14 +65,22 @@ return 1
 """
 
 
-# Replace a namespace's word counts with those of ``count_words``, unless an insight was added since
-# they were counted (the namespace then holds another number of insights: nodes are never removed).
-# KEYS: the counts, the namespace's insights. ARGV: the insights counted, then feature, count pairs.
+# A namespace's insights and its word counts as they stand together (``count_words`` reads them
+# first). KEYS: the counts, the namespace's insights.
+_COUNTED_SO_FAR = """
+return {redis.call('SMEMBERS', KEYS[2]), redis.call('HGETALL', KEYS[1])}
+"""
+# Complete a namespace's word counts (``count_words``): each count moves by what the insights read
+# by ``_COUNTED_SO_FAR`` hold against what the counts then held, so the insights created since,
+# which their apply script counted, stay counted. Nothing when another process completed them first.
+# KEYS: the counts. ARGV: the insights read, the N then held, then feature, change pairs.
 _COUNT_WORDS = """
-if redis.call('SCARD', KEYS[2]) ~= tonumber(ARGV[1]) then return 0 end
-redis.call('DEL', KEYS[1])
-for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-redis.call('HSET', KEYS[1], '#n', ARGV[1], '#complete', 1)
+if redis.call('HGET', KEYS[1], '#complete') then return 0 end
+for i = 3, #ARGV, 2 do
+  if redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) == 0 then redis.call('HDEL', KEYS[1], ARGV[i]) end
+end
+redis.call('HINCRBY', KEYS[1], '#n', tonumber(ARGV[1]) - tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], '#complete', 1)
 return 1
 """
 # Read word counts: the features travel as one comma-separated argument and the counts come back as
@@ -126,6 +134,7 @@ class RedisGraphStore:
         self._apply = self.r.register_script(_lua("apply.lua"))
         self._link = self.r.register_script(_LINK)
         self._count_words = self.r.register_script(_COUNT_WORDS)
+        self._counted_so_far = self.r.register_script(_COUNTED_SO_FAR)
         self._word_counts = self.r.register_script(_WORD_COUNTS)
         self._word_table = self.r.register_script(_WORD_TABLE)
 
@@ -318,21 +327,27 @@ class RedisGraphStore:
         return int(total), {int(f): int(n) for f, n in zip(pairs[::2], pairs[1::2], strict=True)}
 
     def count_words(self, namespace: str) -> bool:
-        ids = sorted(_s(i) for i in self.r.smembers(keys.namespace_insights(namespace)))
-        counts: Counter[int] = Counter()
+        words_key, members_key = keys.insight_words(namespace), keys.namespace_insights(namespace)
+        members, held = self._counted_so_far(keys=[words_key, members_key])
+        ids = sorted(_s(i) for i in members)
+        before = {_s(f): int(n) for f, n in zip(held[::2], held[1::2], strict=True)}
+        if "#complete" in before:
+            return True
+        counts: Counter[str] = Counter()
         for start in range(0, len(ids), COUNT_BATCH):
             pipe = self.r.pipeline(transaction=False)
             for i in ids[start : start + COUNT_BATCH]:
                 pipe.hget(keys.insight(namespace, i), "text")
             for text in pipe.execute():
-                counts.update(word_features(_s(text)) if text is not None else ())
-        args: list[Any] = [len(ids)]
-        for f, n in counts.items():
-            args += [f, n]
-        done = self._count_words(
-            keys=[keys.insight_words(namespace), keys.namespace_insights(namespace)], args=args
-        )
-        return bool(done)
+                if text is not None:
+                    counts.update(str(f) for f in word_features(_s(text)))
+        args: list[Any] = [len(ids), before.pop("#n", 0)]
+        for f in counts.keys() | before.keys():
+            change = counts.get(f, 0) - before.get(f, 0)
+            if change:
+                args += [f, change]
+        self._count_words(keys=[words_key], args=args)
+        return True
 
     def neighbours(self, namespace: str, query_ids: Collection[str]) -> dict[str, dict[str, float]]:
         ids = list(query_ids)
