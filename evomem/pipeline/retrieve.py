@@ -436,15 +436,19 @@ class Retriever:
         if table is None or table.weights is None or not task:
             return None
         held, size = table.holding(task), len(task)
-        cache = self._text_features
+        get = self._text_features.get
+        by_size: dict[int, float] = {0: 0.0}  # the bound depends on |I| alone
 
         def bound(ids: Sequence[str]) -> dict[str, float]:
             out: dict[str, float] = {}
             for i in ids:
-                words = cache.get(i)
+                words = get(i)
                 if words is not None:
                     m = len(words)
-                    out[i] = min(held, m) / math.sqrt(size * m) if m else 0.0
+                    b = by_size.get(m)
+                    if b is None:
+                        b = by_size[m] = min(held, m) / math.sqrt(size * m)
+                    out[i] = b
             return out
 
         return bound
