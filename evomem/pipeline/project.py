@@ -71,8 +71,8 @@ class Projector:
         on_new_insights: Callable[[Mapping[str, list[str]]], None] | None = None,
     ):
         self.link_k = link_k
-        # told the texts of the insights new to the index, by namespace, once they are written (the
-        # retriever keeps its word counts until then: ``Retriever.insights_added``)
+        # told the texts of the insights new to the index, by namespace, just before it writes them
+        # (the retriever keeps its word counts until then: ``Retriever.insights_added``)
         self.on_new_insights = on_new_insights
         self.graph = graph
         self.index = index

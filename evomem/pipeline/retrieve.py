@@ -253,6 +253,8 @@ class Retriever:
         # a namespace's effective settings (its own λ, budget, scoring, k, hops over the global ones)
         self.resolve = resolve or (lambda _namespace: settings)
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
+        # reads whole word tables (``_load_word_table``), one at a time, off the retrieval path
+        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-words")
         self._pending: set[Future[None]] = set()
         # insight word sets by id (a text never changes), the oldest dropped first: an array of 32-bit
         # features each, about 400 B with its id and entry (EVOMEM_TEXT_CACHE bounds them)
@@ -266,6 +268,7 @@ class Retriever:
         self._word_weights: dict[str, WordWeights] = {}  # namespace -> its words' weights, kept
         self._word_tables: dict[str, WordTable] = {}  # namespace -> its whole word counts (announced)
         self._no_table: set[str] = set()  # namespaces whose counts hold more words than WORD_TABLE
+        self._table_after: dict[str, float] = {}  # namespace -> when to try to read its table again
         # True when every insight new to the index is announced (``insights_added``, by this
         # process's projector): the kept weights are then used without reading the namespace's
         # count of insights each retrieval
@@ -488,7 +491,7 @@ class Retriever:
         keeps settings."""
         if self.words_announced and namespace not in self._no_table and self.settings.word_table > 0:
             table = self._word_tables.get(namespace) or self._load_word_table(namespace)
-            if table is not None and table.weights is not None:  # else loading on another thread
+            if table is not None and table.weights is not None:  # else still being read
                 weights = table.weights_for(features)
                 if weights is not None:
                     if len(weights.norms) > self.settings.text_cache:
@@ -502,10 +505,6 @@ class Retriever:
             held.load(features)
             return held
         weights = WordWeights.read(self.graph, namespace, features, held)
-        if weights is not None and self.words_announced and namespace not in self._word_tables:
-            if len(self._no_table) >= self.settings.tenancy_cache_entries:
-                self._no_table.clear()
-            self._no_table.add(namespace)  # counted, so its table did not fit: read word by word
         if weights is not None and weights is not held:
             if len(self._word_weights) >= self.settings.tenancy_cache_entries:
                 self._word_weights.clear()
@@ -515,28 +514,51 @@ class Retriever:
         return weights
 
     def _load_word_table(self, namespace: str) -> WordTable | None:
-        """Read a namespace's whole word counts, dropping the other tables kept when all would
-        hold more than ``WORD_TABLE`` words; None when they are incomplete or alone hold more."""
-        table = WordTable(self.graph, namespace)
-        with self._text_lock:  # announced from now on: see ``WordTable.load``
-            self._word_tables[namespace] = table
-        loaded = False
+        """Start reading a namespace's whole word counts in the background (``_read_word_table``);
+        the table, registered now so that no announcement is missed (``WordTable.load``), serves
+        once read. None: not now (being read, or tried less than ``COUNT_WORDS_RETRY_S`` ago)."""
+        with self._text_lock:
+            if namespace in self._word_tables or time.monotonic() < self._table_after.get(namespace, 0.0):
+                return None
+            table = self._word_tables[namespace] = WordTable(self.graph, namespace)
+        try:
+            self._loader.submit(self._read_word_table, table)
+        except RuntimeError:  # closed
+            with self._text_lock:
+                self._word_tables.pop(namespace, None)
+        return None
+
+    def _read_word_table(self, table: WordTable) -> None:
+        """Read ``table`` whole, dropping the other tables kept when all would hold more than
+        ``WORD_TABLE`` words. Not read: the counts are incomplete (tried again later), or alone hold
+        more than ``WORD_TABLE`` (the namespace is then read word by word), or Redis failed."""
+        namespace, loaded = table.namespace, False
         try:
             loaded = table.load(self.settings.word_table)
-        finally:  # not loaded, or Redis unreachable: read again by a later retrieval
-            if not loaded:
-                with self._text_lock:
-                    if self._word_tables.get(namespace) is table:
-                        del self._word_tables[namespace]
-        if not loaded:
-            return None
+            if not loaded and self.graph.word_counts(namespace, ()) is not None:
+                with self._text_lock:  # complete, so too many words
+                    if len(self._no_table) >= self.settings.tenancy_cache_entries:
+                        self._no_table.clear()
+                    self._no_table.add(namespace)
+        except Exception as exc:  # a later retrieval tries again; meanwhile words are read as met
+            log.warning("word_table_failed", namespace=namespace, error=repr(exc))
         with self._text_lock:
             tables = self._word_tables
+            if not loaded:
+                if tables.get(namespace) is table:
+                    del tables[namespace]
+                self._table_after[namespace] = time.monotonic() + COUNT_WORDS_RETRY_S
+                if len(self._table_after) > self.settings.tenancy_cache_entries:
+                    self._table_after.clear()
+                return
             held = sum(len(t.counts) for t in tables.values())
             if held > self.settings.word_table or len(tables) > self.settings.tenancy_cache_entries:
                 for ns in [ns for ns in tables if ns != namespace]:
                     del tables[ns]
-        return table
+
+    def wait_word_tables(self) -> None:
+        """Wait until the word tables asked for so far are read (tests, benchmarks)."""
+        self._loader.submit(lambda: None).result()
 
     def insights_added(self, texts: Mapping[str, Sequence[str]]) -> None:
         """New insights reached the index, their texts by namespace: their words' counts moved."""
@@ -643,6 +665,7 @@ class Retriever:
             self._warmer.join()  # before the index it reads is closed
         self.flush()
         self._recorder.shutdown(wait=True)
+        self._loader.shutdown(wait=True, cancel_futures=True)
 
 
 __all__ = ["STAGES", "Retrieval", "Retriever", "TextCacheState", "WordTable", "WordWeights"]

@@ -93,18 +93,9 @@ local out = {redis.call('HGET', KEYS[1], '#n') or '0'}
 for f in string.gmatch(ARGV[1], '[^,]+') do out[#out + 1] = redis.call('HGET', KEYS[1], f) or '' end
 return table.concat(out, ',')
 """
-# Read every word count: "N,f1,n1,f2,n2,...", or nothing while the counts are incomplete, or 0 when
-# they hold more than ARGV[1] words. KEYS: the counts.
-_WORD_TABLE = """
-if not redis.call('HGET', KEYS[1], '#complete') then return false end
-if redis.call('HLEN', KEYS[1]) - 2 > tonumber(ARGV[1]) then return 0 end
-local all = redis.call('HGETALL', KEYS[1])
-local out = {redis.call('HGET', KEYS[1], '#n') or '0'}
-for i = 1, #all, 2 do
-  if string.byte(all[i], 1) ~= 35 then out[#out + 1] = all[i]; out[#out + 1] = all[i + 1] end
-end
-return table.concat(out, ',')
-"""
+#: Fields of a namespace's word counts ``word_table`` asks for a round trip (HSCAN's COUNT): a page
+#: keeps Redis busy well under a millisecond, so a large table never blocks the server.
+WORD_TABLE_PAGE = 5_000
 #: Insights whose texts ``count_words`` reads a round trip.
 COUNT_BATCH = 1000
 
@@ -136,7 +127,6 @@ class RedisGraphStore:
         self._count_words = self.r.register_script(_COUNT_WORDS)
         self._counted_so_far = self.r.register_script(_COUNTED_SO_FAR)
         self._word_counts = self.r.register_script(_WORD_COUNTS)
-        self._word_table = self.r.register_script(_WORD_TABLE)
 
     # -- writes ------------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
@@ -320,11 +310,27 @@ class RedisGraphStore:
         return int(total), {f: int(n) for f, n in zip(fields, counts, strict=True) if n}
 
     def word_table(self, namespace: str, limit: int) -> tuple[int, dict[int, int]] | None:
-        raw = self._word_table(keys=[keys.insight_words(namespace)], args=[limit])
-        if raw is None or raw == 0:
+        # paged (HSCAN), so a large table never blocks the server: a count that moves meanwhile is
+        # one an insight being created moves, which its retriever is told of (``WordTable``)
+        key = keys.insight_words(namespace)
+        counts: dict[int, int] = {}
+        meta: dict[str, int] = {}
+        cursor: Any = 0
+        while True:
+            cursor, page = self.r.hscan(key, cursor, count=WORD_TABLE_PAGE)
+            for f, n in page.items():
+                name = _s(f)
+                if name.startswith("#"):
+                    meta[name] = int(n)
+                else:
+                    counts[int(name)] = int(n)
+            if len(counts) > limit:
+                return None
+            if int(cursor) == 0:
+                break
+        if "#complete" not in meta:
             return None
-        total, *pairs = _s(raw).split(",")
-        return int(total), {int(f): int(n) for f, n in zip(pairs[::2], pairs[1::2], strict=True)}
+        return meta.get("#n", 0), {f: n for f, n in counts.items() if n}
 
     def count_words(self, namespace: str) -> bool:
         words_key, members_key = keys.insight_words(namespace), keys.namespace_insights(namespace)
