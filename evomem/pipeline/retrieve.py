@@ -490,8 +490,10 @@ class Retriever:
         ``text_cache`` insights' own sums are kept, and as many namespaces as the tenancy cache
         keeps settings."""
         if self.words_announced and namespace not in self._no_table and self.settings.word_table > 0:
-            table = self._word_tables.get(namespace) or self._load_word_table(namespace)
-            if table is not None and table.weights is not None:  # else still being read
+            table = self._word_tables.get(namespace)
+            if table is None:
+                self._load_word_table(namespace)  # in the background: words are read as met meanwhile
+            elif table.weights is not None:  # else still being read
                 weights = table.weights_for(features)
                 if weights is not None:
                     if len(weights.norms) > self.settings.text_cache:
@@ -513,20 +515,19 @@ class Retriever:
             weights.norms.clear()
         return weights
 
-    def _load_word_table(self, namespace: str) -> WordTable | None:
-        """Start reading a namespace's whole word counts in the background (``_read_word_table``);
-        the table, registered now so that no announcement is missed (``WordTable.load``), serves
-        once read. None: not now (being read, or tried less than ``COUNT_WORDS_RETRY_S`` ago)."""
+    def _load_word_table(self, namespace: str) -> None:
+        """Start reading a namespace's whole word counts in the background (``_read_word_table``),
+        unless it is being read or was tried less than ``COUNT_WORDS_RETRY_S`` ago; the table,
+        registered now so that no announcement is missed (``WordTable.load``), serves once read."""
         with self._text_lock:
             if namespace in self._word_tables or time.monotonic() < self._table_after.get(namespace, 0.0):
-                return None
+                return
             table = self._word_tables[namespace] = WordTable(self.graph, namespace)
         try:
             self._loader.submit(self._read_word_table, table)
         except RuntimeError:  # closed
             with self._text_lock:
                 self._word_tables.pop(namespace, None)
-        return None
 
     def _read_word_table(self, table: WordTable) -> None:
         """Read ``table`` whole, dropping the other tables kept when all would hold more than
