@@ -368,6 +368,22 @@ def test_a_namespace_with_more_words_than_the_table_holds_is_read_word_by_word_a
         assert by_word == whole
 
 
+def test_a_word_table_that_grows_past_what_the_process_keeps_is_dropped(
+    tmp_path: Path, redis_url: str, redis_client: Any
+) -> None:
+    with sibling_memory(tmp_path, redis_url) as memory:
+        retriever = memory.retriever
+        retriever.retrieve(TOPIC_TASK, "ns", record=False)
+        retriever.wait_word_tables()
+        words = len(retriever._word_tables["ns"].counts)
+        retriever.settings = retriever.settings.model_copy(update={"word_table": words})  # full
+        _teach_one_more(memory)  # its new words are added to the table: one past the limit
+        first = retriever.retrieve(TOPIC_TASK, "ns", record=False).insights[0].text
+        assert "ns" not in retriever._word_tables and "ns" in retriever._no_table
+        assert first.startswith("For cron scheduling")  # the counts then read word by word
+        assert retriever.retrieve(TOPIC_TASK, "ns", record=False).insights[0].text == first
+
+
 def test_without_announcements_a_retrieval_reads_the_count_of_insights_and_starts_again_when_it_moved(
     tmp_path: Path, redis_url: str, redis_client: Any
 ) -> None:

@@ -495,13 +495,15 @@ class Retriever:
                 self._load_word_table(namespace)  # in the background: words are read as met meanwhile
             elif table.weights is not None:  # else still being read
                 weights = table.weights_for(features)
-                if weights is not None:
+                if weights is not None and len(table.counts) <= self.settings.word_table:
                     if len(weights.norms) > self.settings.text_cache:
                         weights.norms.clear()
                     return weights
-                with self._text_lock:  # the store's counts were reset: start again
+                with self._text_lock:  # the store's counts were reset, or grew past WORD_TABLE
                     if self._word_tables.get(namespace) is table:
                         del self._word_tables[namespace]
+                    if weights is not None:
+                        self._no_table.add(namespace)
         held = self._word_weights.get(namespace)
         if held is not None and self.words_announced:
             held.load(features)
