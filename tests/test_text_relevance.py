@@ -450,3 +450,29 @@ def test_a_word_table_that_cannot_be_read_is_read_again_later_and_words_are_read
         retriever.retrieve(TOPIC_TASK, "ns", record=False)
         retriever.wait_word_tables()
         assert retriever._word_tables["ns"].weights is not None
+
+
+def test_the_words_of_a_new_insight_are_read_again_when_redis_failed_the_first_time(
+    tmp_path: Path, redis_url: str, redis_client: Any
+) -> None:
+    from evomem.errors import TransientError
+
+    with sibling_memory(tmp_path, redis_url) as memory:
+        graph, retriever = memory.graph, memory.retriever
+        retriever.retrieve(TOPIC_TASK, "ns", record=False)
+        retriever.wait_word_tables()
+        table = retriever._word_tables["ns"]
+        _teach_one_more(memory)
+        announced = set(table.pending)
+        real = graph.word_counts
+
+        def unreachable(*args: Any) -> Any:
+            raise TransientError("redis unreachable")
+
+        graph.word_counts = unreachable  # type: ignore[method-assign]
+        assert retriever.retrieve(TOPIC_TASK, "ns", record=False).insights  # fails open
+        assert table.pending == announced  # kept for the next retrieval
+        graph.word_counts = real  # type: ignore[method-assign]
+        retriever.retrieve(TOPIC_TASK, "ns", record=False)
+        assert not table.pending and table.weights is not None
+        assert (table.weights.total, table.counts) == graph.word_table("ns", 1 << 20)

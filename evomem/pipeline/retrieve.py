@@ -503,7 +503,7 @@ class Retriever:
                     if self._word_tables.get(namespace) is table:
                         del self._word_tables[namespace]
                     if weights is not None:
-                        self._no_table.add(namespace)
+                        self._without_table(namespace)
         held = self._word_weights.get(namespace)
         if held is not None and self.words_announced:
             held.load(features)
@@ -540,9 +540,7 @@ class Retriever:
             loaded = table.load(self.settings.word_table)
             if not loaded and self.graph.word_counts(namespace, ()) is not None:
                 with self._text_lock:  # complete, so too many words
-                    if len(self._no_table) >= self.settings.tenancy_cache_entries:
-                        self._no_table.clear()
-                    self._no_table.add(namespace)
+                    self._without_table(namespace)
         except Exception as exc:  # a later retrieval tries again; meanwhile words are read as met
             log.warning("word_table_failed", namespace=namespace, error=repr(exc))
         with self._text_lock:
@@ -558,6 +556,13 @@ class Retriever:
             if held > self.settings.word_table or len(tables) > self.settings.tenancy_cache_entries:
                 for ns in [ns for ns in tables if ns != namespace]:
                     del tables[ns]
+
+    def _without_table(self, namespace: str) -> None:
+        """The namespace holds more words than ``WORD_TABLE``: its counts are read word by word
+        (call with ``_text_lock`` held)."""
+        if len(self._no_table) >= self.settings.tenancy_cache_entries:
+            self._no_table.clear()
+        self._no_table.add(namespace)
 
     def wait_word_tables(self) -> None:
         """Wait until the word tables asked for so far are read (tests, benchmarks)."""
