@@ -11,6 +11,7 @@ import pytest
 import workers.tasks as tasks
 from evomem.backoff import capped_doubling
 from evomem.errors import TransientError
+from evomem.settings import Settings
 
 
 class _Report:
@@ -52,6 +53,21 @@ def test_the_wait_doubles_with_each_failure_in_a_row_and_a_success_resets_it(
     with pytest.raises(TransientError):
         tasks.consolidate()
     assert waits[-1] == 0.1, "a success in between starts the waits over"
+
+
+def test_the_wait_stays_within_a_quarter_of_the_soft_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task that waited out its soft time limit would end as the limit's signal comes, and the
+    signal can then reach the pool process after its task (see ``workers.pump``)."""
+    waits: list[float] = []
+    monkeypatch.setattr(tasks, "time", SimpleNamespace(sleep=waits.append))
+    monkeypatch.setattr(tasks, "_failures", 0)
+    monkeypatch.setattr(tasks, "_worker", _Worker(failures=5))
+    fast = Settings(batch_time_limit_s=1.2, claim_idle_ms=1500, visibility_timeout_s=8)
+    monkeypatch.setattr(tasks, "settings_of", lambda _app: fast)
+    for _ in range(5):
+        with pytest.raises(TransientError):
+            tasks.consolidate()
+    assert waits == [0.1, 0.2, 0.3, 0.3, 0.3]
 
 
 def test_the_shared_doubling_starts_at_its_base_and_never_passes_its_cap() -> None:

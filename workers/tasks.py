@@ -21,7 +21,9 @@ _worker: ConsolidationWorker | None = None
 #: failing it, doubled for each such failure in a row up to ``BACKOFF_CAP_S``. The pump keeps the
 #: queue topped up, so without the wait an outage is retried as fast as tasks can fail, each failure
 #: logged with its traceback (about a dozen a second per worker in the failover test). The events
-#: wait in the stream meanwhile.
+#: wait in the stream meanwhile. The wait never passes a quarter of the task's soft time limit, so
+#: that the task ends well before the limit's signal is due: a signal that comes as the task ends
+#: can reach the pool process after it (see ``workers.pump``).
 BACKOFF_BASE_S = 0.1
 BACKOFF_CAP_S = 2.0
 _failures = 0  # tasks failed in a row on an unreachable Redis, in this process
@@ -51,7 +53,7 @@ def consolidate() -> dict[str, object]:
         report = process_worker().drain(budget_s=settings.batch_time_limit_s / 2).as_dict()
     except TransientError:
         _failures += 1
-        time.sleep(backoff_s(_failures))
+        time.sleep(min(backoff_s(_failures), settings.batch_time_limit_s / 4))
         raise
     finally:
         tracing.flush()
