@@ -67,6 +67,9 @@ _NOUNS = ("ledger", "invoice", "budget", "payroll", "report", "account", "statem
 # index holds the whole namespace.
 _TEMPLATE = "{verb} the {w1} {noun} of {w2} for the {w3} {noun2}"
 _KEPT = frozenset({"the", "of", "for"})  # the template's stop words: the embedder drops them anyway
+#: The hot insight's text: it shares words with family A's tasks, as a lesson does with the tasks it
+#: is about, so the evidence search (by the task's words) finds it; the fresh one's is its mirror.
+_INSIGHT = "Reconcile each ledger against the bank statement before closing the account."
 
 
 def _uid(*parts: object) -> str:
@@ -121,13 +124,8 @@ def _records(texts: dict[str, list[str]]) -> Iterator[dict[str, Any]]:
                 "neighbours": [],
             }
     for name, family, cited, text in (
-        (
-            "hot",
-            "A",
-            evidence,
-            "Reconcile each ledger against the bank statement before closing the account.",
-        ),
-        ("fresh", "B", 1, "Let the sensor warm up for five minutes before calibrating it."),
+        ("hot", "A", evidence, _INSIGHT),
+        ("fresh", "B", 1, mirror(_INSIGHT)),  # its words are to B's tasks what the hot one's are to A's
     ):
         yield {
             "kind": "insight",
