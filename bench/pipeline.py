@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import merge_results
-from evomem import Memory
+from evomem import Memory, keys
 from evomem.adapters.redis.connection import Client, EmbeddedRedis, connect
 from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.core.editing import added_insight_id
@@ -64,12 +64,13 @@ def _events(rng: random.Random, namespace: str, hot: list[str], n: int) -> list[
 def _publish(client: Client, events: list[TaskEvent]) -> None:
     pipe = client.pipeline(transaction=False)
     for e in events:
-        pipe.xadd("em:events", {"event": e.model_dump_json()})
+        pipe.xadd(keys.EVENTS_STREAM, {"event": e.model_dump_json()})
     pipe.execute()
 
 
-def _applied(client: Client) -> int:
-    return sum(1 for _ in client.scan_iter(match="em:applied:*", count=5000))
+def _applied(client: Client, namespace: str = "bench") -> int:
+    """Events applied in ``namespace``: their markers (``keys.applied``) counted."""
+    return sum(1 for _ in client.scan_iter(match=keys.applied(namespace, "*"), count=5000))
 
 
 def _wait(condition: Callable[[], bool], timeout: float) -> bool:
@@ -137,7 +138,11 @@ def _throughput(
         before = _applied(client)
         _publish(client, _events(random.Random(seed), "bench", hot, processes))  # warm-up: workers are up
         if not _wait(lambda: _applied(client) >= before + processes, 120):
-            raise RuntimeError("workers did not start; see the logs under " + str(workdir))
+            # the work directory goes with the run: the logs' ends are the error's
+            tails = "\n".join(
+                p.read_text(errors="replace")[-2000:] for p in sorted(workdir.glob("worker-*.log"))
+            )
+            raise RuntimeError(f"workers did not start; their logs end with:\n{tails}")
         events = _events(random.Random(seed + 1), "bench", hot, n)
         start_count = _applied(client)
         started = time.perf_counter()
