@@ -44,14 +44,14 @@ def test_the_wait_doubles_with_each_failure_in_a_row_and_a_success_resets_it(
     outcomes: list[Any] = []
     for _ in range(8):
         try:
-            outcomes.append(tasks.consolidate())
+            outcomes.append(tasks.drain_for_a_while(Settings()))
         except TransientError:
             outcomes.append("failed")
     assert outcomes == ["failed"] * 7 + [{"events": 1}]
     assert waits == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
     monkeypatch.setattr(tasks, "_worker", _Worker(failures=1))
     with pytest.raises(TransientError):
-        tasks.consolidate()
+        tasks.drain_for_a_while(Settings())
     assert waits[-1] == 0.1, "a success in between starts the waits over"
 
 
@@ -63,10 +63,9 @@ def test_the_wait_stays_within_a_quarter_of_the_soft_time_limit(monkeypatch: pyt
     monkeypatch.setattr(tasks, "_failures", 0)
     monkeypatch.setattr(tasks, "_worker", _Worker(failures=5))
     fast = Settings(batch_time_limit_s=1.2, claim_idle_ms=1500, visibility_timeout_s=8)
-    monkeypatch.setattr(tasks, "settings_of", lambda _app: fast)
     for _ in range(5):
         with pytest.raises(TransientError):
-            tasks.consolidate()
+            tasks.drain_for_a_while(fast)
     assert waits == [0.1, 0.2, 0.3, 0.3, 0.3]
 
 

@@ -13,6 +13,7 @@ from evomem.errors import TransientError
 from evomem.ops import tracing
 from evomem.pipeline.worker import ConsolidationWorker
 from evomem.runtime import open_worker
+from evomem.settings import Settings
 from workers.app import app
 from workers.config import TASK_NAME, settings_of
 
@@ -47,8 +48,13 @@ def _fresh_after_fork(**_: Any) -> None:
 @app.task(name=TASK_NAME)
 def consolidate() -> dict[str, object]:
     """Drain the event stream for a while: reclaim, read, decide, apply, ack."""
+    return drain_for_a_while(settings_of(app))
+
+
+def drain_for_a_while(settings: Settings) -> dict[str, object]:
+    """The task's work, given its settings (a test calls it without configuring the Celery app,
+    which would start the embedded Redis of the default DATA_DIR when no REDIS_URL is set)."""
     global _failures
-    settings = settings_of(app)
     try:
         report = process_worker().drain(budget_s=settings.batch_time_limit_s / 2).as_dict()
     except TransientError:
