@@ -165,3 +165,49 @@ def test_the_llm_test_server_takes_a_judge_of_its_callers(
             mem.consolidate()
             assert mem.insight(served.insights[0].id).state == "archived"
     assert len(calls) == 2
+
+
+def test_the_targets_are_checked_with_a_10_percent_wrong_judge_and_the_rest_is_reported() -> None:
+    """Issue 8's targets are the default configuration's "with a 10%-wrong judge": a world whose judge
+    errs otherwise, and the rule controller alone, are reported against the same bounds and never
+    pass or fail."""
+
+    def arm(final: float, pollution: float, archived: float, hit: float) -> dict[str, Any]:
+        values = {
+            "final_success": final,
+            "pollution": pollution,
+            "wrongful_archives": archived,
+            "hit1_verbatim": hit,
+            "hit1_paraphrase": hit,
+        }
+        return {k: {"mean": v} for k, v in values.items()}
+
+    world = {
+        "default": arm(0.70, 0.05, 0.01, 0.95),
+        "append": arm(0.50, 0.20, 0.0, 0.9),
+        "rules": arm(0.5, 0.1, 0, 0.8),
+    }
+    noisy = {
+        "default": arm(0.55, 0.10, 0.16, 0.85),
+        "append": arm(0.35, 0.30, 0.0, 0.9),
+        "rules": arm(0.5, 0.1, 0, 0.8),
+    }
+    checks = summary.targets(
+        {"ten": world, "thirty": noisy}, {"ten": 0.10, "thirty": 0.30}, "default", "append", "rules"
+    )
+    scoped = {(c["world"], c["target"], c["arms"][0]): c["scope"] for c in checks}
+    assert {k[1] for k, scope in scoped.items() if scope == "target"} == {
+        "final-window success − add+keep ≥ 0.15",
+        "pollution ÷ add+keep's ≤ 1/3",
+        "good insights archived ≤ 5%",
+        "repeat-query hit@1 (verbatim) ≥ 0.9",
+        "repeat-query hit@1 (paraphrase) ≥ 0.9",
+    }
+    assert all(w == "ten" and a == "default" for (w, _, a), scope in scoped.items() if scope == "target")
+    assert scoped[("thirty", "repeat-query hit@1 (verbatim) ≥ 0.9", "default")] == "reported"
+    assert scoped[("ten", "repeat-query hit@1 (verbatim) ≥ 0.9", "rules")] == "reported"
+    assert all(c["pass"] for c in checks if c["scope"] == "target")
+    lines = summary.target_lines(checks)
+    assert sum(line.startswith("PASS") for line in lines) == 5
+    assert not any(line.startswith("FAIL") for line in lines)
+    assert any(line.startswith("outside") and "thirty" in line and "archived" in line for line in lines)

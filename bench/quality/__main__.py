@@ -300,7 +300,11 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None, leaked: list[str
         append_only_arm(),
         f"nojudge/{default_scoring()}",
     )
-    print("\ntargets (issue 8), for the default configuration " + default_arm() + ":")
+    print(
+        "\ntargets (issue 8), for the default configuration "
+        + default_arm()
+        + ", in the worlds whose judge errs 10% of the time:"
+    )
     print("\n".join(summary.target_lines(checks)) or "  (none: the arms they compare were not run)")
     evidence = print_evidence(runs, checks)
     for f in failures:
@@ -358,7 +362,7 @@ def print_evidence(runs: Sequence[dict[str, Any]], checks: Sequence[dict[str, An
     same evidence for every (world, arm), shortened, for results.json."""
     failed: dict[str, list[str]] = {}
     for c in checks:
-        if not c["pass"]:
+        if not c["pass"] and c.get("scope", "target") == "target":
             for arm in c["arms"]:
                 if arm not in failed.setdefault(c["world"], []):
                     failed[c["world"]].append(arm)

@@ -111,6 +111,10 @@ def binned(curve: Sequence[float], points: int = CURVE_POINTS) -> list[float]:
 
 
 # -- the issue's targets ------------------------------------------------------------------------
+#: The judge of the targets: "with a 10%-wrong judge, the default configuration ..." (issue 8).
+TARGET_JUDGE_ERROR = 0.10
+
+
 def targets(
     figures: Mapping[str, Mapping[str, Mapping[str, Any]]],
     judge_error: Mapping[str, float],
@@ -118,32 +122,54 @@ def targets(
     append_only: str,
     no_judge: str,
 ) -> list[dict[str, Any]]:
-    """The acceptance targets, world by world: with a 10%-wrong judge, the default configuration
-    ends >= 15 points above add+keep and serves at most a third of its pollution, and archives at
-    most 5% of the good insights (also checked with a perfect judge); repeat-query hit@1 >= 0.9 in
-    every world (verbatim and paraphrased), for the default and for the rule controller alone."""
+    """The acceptance targets, world by world. They are the default configuration's with a 10%-wrong
+    judge: in each world whose judge errs 10% of the time it ends >= 15 points above add+keep,
+    serves at most a third of its pollution, ranks the lesson a returning query taught first for
+    >= 90% of the returns (verbatim and paraphrased), and archives at most 5% of the good insights
+    (``scope`` "target", a PASS/FAIL line). The same bounds are also reported where the targets do
+    not apply (``scope`` "reported", never a PASS or a FAIL): under a judge that is never wrong or
+    wrong 30% of the time, and for the rule controller without any judge."""
     out: list[dict[str, Any]] = []
 
     def mean(world: str, arm: str, metric: str) -> float | None:
         value = figures.get(world, {}).get(arm, {}).get(metric, {}).get("mean")
         return None if value is None else float(value)
 
-    def check(name: str, world: str, arms: list[str], value: float | None, bound: float, le: bool) -> None:
+    def check(
+        name: str, world: str, arms: list[str], value: float | None, bound: float, le: bool, scope: str
+    ) -> None:
         ok = value is not None and (value <= bound if le else value >= bound)
-        out.append({"target": name, "world": world, "arms": arms, "value": value, "bound": bound, "pass": ok})
+        out.append(
+            {
+                "target": name,
+                "world": world,
+                "arms": arms,
+                "value": value,
+                "bound": bound,
+                "pass": ok,
+                "scope": scope,
+            }
+        )
 
     for world in figures:
-        err = judge_error.get(world, 0.0)
-        if abs(err - 0.10) < 1e-9:
+        scope = "target" if abs(judge_error.get(world, 0.0) - TARGET_JUDGE_ERROR) < 1e-9 else "reported"
+        if scope == "target":
             d, a = mean(world, default, "final_success"), mean(world, append_only, "final_success")
             gain = None if d is None or a is None else d - a
-            check("final-window success − add+keep ≥ 0.15", world, [default, append_only], gain, 0.15, False)
+            check(
+                "final-window success − add+keep ≥ 0.15",
+                world,
+                [default, append_only],
+                gain,
+                0.15,
+                False,
+                scope,
+            )
             dp, ap = mean(world, default, "pollution"), mean(world, append_only, "pollution")
             ratio = None if dp is None or ap is None else (dp / ap if ap > 0 else (0.0 if dp == 0 else None))
-            check("pollution ÷ add+keep's ≤ 1/3", world, [default, append_only], ratio, 1 / 3, True)
-        if err <= 0.10 + 1e-9:
-            value = mean(world, default, "wrongful_archives")
-            check("good insights archived ≤ 5%", world, [default], value, 0.05, True)
+            check("pollution ÷ add+keep's ≤ 1/3", world, [default, append_only], ratio, 1 / 3, True, scope)
+        value = mean(world, default, "wrongful_archives")
+        check("good insights archived ≤ 5%", world, [default], value, 0.05, True, scope)
         for arm in (default, no_judge):
             for kind in ("verbatim", "paraphrase"):
                 check(
@@ -153,18 +179,28 @@ def targets(
                     mean(world, arm, f"hit1_{kind}"),
                     0.9,
                     False,
+                    scope if arm == default else "reported",
                 )
     return out
 
 
 def target_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
-    lines = []
-    for t in results:
+    """The targets as PASS/FAIL lines, then the figures reported beside them against the same bounds."""
+
+    def line(t: Mapping[str, Any], mark: str) -> str:
         value = "n/a" if t["value"] is None else f"{t['value']:.3f}"
         arms = " vs ".join(t["arms"])
+        return f"{mark:<7} {t['world']:<12} {t['target']:<38} {value:>7}  ({arms})"
+
+    lines = [
+        line(t, "PASS" if t["pass"] else "FAIL") for t in results if t.get("scope", "target") == "target"
+    ]
+    reported = [t for t in results if t.get("scope") == "reported"]
+    if reported:
         lines.append(
-            f"{'PASS' if t['pass'] else 'FAIL'}  {t['world']:<12} {t['target']:<38} {value:>7}  ({arms})"
+            "reported against the same bounds, not targets (another judge than the targets', or no judge):"
         )
+        lines += [line(t, "within" if t["pass"] else "outside") for t in reported]
     return lines
 
 
