@@ -211,3 +211,15 @@ def test_the_targets_are_checked_with_a_10_percent_wrong_judge_and_the_rest_is_r
     assert sum(line.startswith("PASS") for line in lines) == 5
     assert not any(line.startswith("FAIL") for line in lines)
     assert any(line.startswith("outside") and "thirty" in line and "archived" in line for line in lines)
+
+
+def test_the_continued_acceptance_world_prints_where_each_taught_lesson_stands(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.quality import taught
+
+    assert taught.main(["--topics", "6", "--tasks", "12", "--seeds", "1", "--consolidate-every", "4"]) == 0
+    printed = capsys.readouterr().out
+    mean = next(line for line in printed.splitlines() if line.startswith("mean:"))
+    # right after the teaching, each topic's own lesson is first (the acceptance test's property)
+    assert "first verbatim 1.000 →" in mean and "first paraphrased 1.000 →" in mean
