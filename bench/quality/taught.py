@@ -79,8 +79,8 @@ def run(
                 r = memory.retrieve(query(topic), NAMESPACE)
                 memory.report(r, status="resolved", proposed_insight=lesson(topic))
                 memory.consolidate()
-            ids = {n.text: n.id for n in memory.insights(NAMESPACE)}
-            ids = {topic: ids[lesson(topic)] for topic in topics}
+            by_text = {n.text: n.id for n in memory.insights(NAMESPACE)}
+            ids = {topic: by_text[lesson(topic)] for topic in topics}
             taught = ask_all(memory, topics, ids)
             for n in range(args.tasks):
                 topic = rnd.choice(topics)
