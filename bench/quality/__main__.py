@@ -362,7 +362,7 @@ def print_evidence(runs: Sequence[dict[str, Any]], checks: Sequence[dict[str, An
     same evidence for every (world, arm), shortened, for results.json."""
     failed: dict[str, list[str]] = {}
     for c in checks:
-        if not c["pass"] and c.get("scope", "target") == "target":
+        if not c["pass"] and c["scope"] == "target":
             for arm in c["arms"]:
                 if arm not in failed.setdefault(c["world"], []):
                     failed[c["world"]].append(arm)

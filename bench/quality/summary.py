@@ -192,10 +192,8 @@ def target_lines(results: Sequence[Mapping[str, Any]]) -> list[str]:
         arms = " vs ".join(t["arms"])
         return f"{mark:<7} {t['world']:<12} {t['target']:<38} {value:>7}  ({arms})"
 
-    lines = [
-        line(t, "PASS" if t["pass"] else "FAIL") for t in results if t.get("scope", "target") == "target"
-    ]
-    reported = [t for t in results if t.get("scope") == "reported"]
+    lines = [line(t, "PASS" if t["pass"] else "FAIL") for t in results if t["scope"] == "target"]
+    reported = [t for t in results if t["scope"] == "reported"]
     if reported:
         lines.append(
             "reported against the same bounds, not targets (another judge than the targets', or no judge):"
