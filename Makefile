@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install llm-local demo demo-llm test test-slow test-all test-llm lint format bench bench-quality bench-growth bench-cluster schemas up down clean
+.PHONY: install llm-local demo demo-llm test test-unit test-slow test-all test-llm lint format bench bench-quality bench-growth bench-cluster schemas up down clean
 
 install: $(STAMP)
 
@@ -35,6 +35,9 @@ demo: install            ## a simulated agent fleet on the embedded stack, offli
 test: install            ## every test but the long real-process runs, on real redis-server and Qdrant Edge
 	$(BIN)/python -m pytest -m "not slow"
 
+test-unit: install       ## the pure tier alone (tests/unit): seconds, no server
+	$(BIN)/python -m pytest tests/unit
+
 test-slow: install       ## the long real-process runs (SIGKILL mid-batch, Redis restart, benchmark smoke runs)
 	$(BIN)/python -m pytest -m slow
 
@@ -45,7 +48,7 @@ demo-llm: llm-local      ## the fleet, its maintained memory judged by a real sm
 	$(BIN)/evomem demo --llm-local --tasks 48 --batch 16 --phases 2
 
 test-llm: llm-local      ## the LLM controller end to end against a real small model on llama.cpp
-	$(BIN)/python -m pytest --real-llm -m real_llm -s tests/llm_real $(if $(LLM_TEST_MODEL),--real-llm-model $(LLM_TEST_MODEL))
+	$(BIN)/python -m pytest --real-llm -m real_llm -s tests/real_llm $(if $(LLM_TEST_MODEL),--real-llm-model $(LLM_TEST_MODEL))
 
 lint: install            ## ruff, mypy and the import contracts (pyproject.toml, [tool.importlinter])
 	$(BIN)/ruff check .

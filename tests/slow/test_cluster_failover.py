@@ -16,15 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pipeline_helpers import (
-    Workers,
-    applied_count,
-    event,
-    graph_state,
-    hot_events,
-    serial_model,
-    wait_for,
-)
 
 from evomem import Settings, keys
 from evomem.adapters.redis.connection import Client, ClusterClient, connect
@@ -33,6 +24,15 @@ from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.adapters.redis.local_cluster import LocalCluster
 from evomem.errors import TransientError
 from schemas import TaskEvent
+from tests.support.pipeline_helpers import (
+    Workers,
+    applied_count,
+    event,
+    graph_state,
+    hot_events,
+    serial_model,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 MODEL_SETTINGS = Settings(data_dir=Path("/nonexistent"), archive_policy="immediate")

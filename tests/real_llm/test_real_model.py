@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from llm_helpers import dead_letters, publish, run_until_idle, seed
 
 from evomem.adapters.llm.answers import load_json
 from evomem.adapters.llm.client import ChatEndpoint, ResponseFormatUnsupported
@@ -32,6 +31,7 @@ from evomem.runtime import open_worker
 from evomem.settings import Settings
 from evomem.testing.local_llm import LocalLLMServer
 from schemas import TaskEvent
+from tests.support.llm_helpers import dead_letters, publish, run_until_idle, seed
 
 # a CPU model shared with other work can take many minutes for the dozen events
 pytestmark = [pytest.mark.real_llm, pytest.mark.timeout(1800)]

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 import redis
-from pipeline_helpers import wait_for
 from pydantic import SecretStr
 
 from evomem import Memory, Settings
 from evomem.sdk.remote import RemoteMemory
 from evomem.service.server import EvomemHTTPServer, build_server
+from tests.support.pipeline_helpers import wait_for
 
 TOKENS = "tok-alpha=alpha;tok-beta=beta"
 _wires: list[Wire] = []

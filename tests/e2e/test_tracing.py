@@ -3,10 +3,8 @@ context travels in the event, in process, through the HTTP service and into a wo
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -14,7 +12,6 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pipeline_helpers import Workers, wait_for
 
 from evomem import Memory, Settings, TaskEvent
 from evomem.sdk.remote import RemoteMemory
@@ -103,43 +100,6 @@ def test_the_context_travels_through_the_http_service(
         srv.service.runtime.close()
     assert isinstance(agent, ReadableSpan)
     _chain(spans.get_finished_spans(), agent)
-
-
-@pytest.mark.slow
-def test_a_worker_process_continues_the_reporters_trace(
-    settings: Settings, redis_url: str, redis_client: redis.Redis, tmp_path: Path, spans: InMemorySpanExporter
-) -> None:
-    """A real ``evomem worker`` with ``EVOMEM_OTEL_EXPORTER=console``: its consumer span carries the
-    trace id of the span that reported the event in this process."""
-    with (
-        Memory.open(settings, index=False) as mem,
-        trace.get_tracer("agent").start_as_current_span("agent.task") as agent,
-    ):
-        _learn(mem, "Verify: Mohra is a car")
-    trace_id = f"0x{agent.get_span_context().trace_id:032x}"
-    workers = Workers(
-        redis_url, tmp_path, {"EVOMEM_OTEL_EXPORTER": "console", "EVOMEM_DATA_DIR": str(tmp_path)}
-    )
-    workers.start(1, concurrency=1)
-    log = tmp_path / "worker-0.log"
-
-    def exported() -> list[dict[str, object]]:
-        found = []
-        for line in log.read_text(errors="replace").splitlines():  # the console exporter: a span a line
-            if line.startswith('{"name"'):
-                found.append(json.loads(line))
-        return found
-
-    try:
-        wait_for(
-            lambda: any(s.get("name") == "evomem.edit ADD" for s in exported()), 60, "the worker's spans"
-        )
-    finally:
-        workers.stop()
-    by_name = {str(s["name"]): s for s in exported()}
-    consolidate = by_name["evomem.consolidate"]
-    assert consolidate["context"]["trace_id"] == trace_id  # type: ignore[index]
-    assert by_name["evomem.edit ADD"]["context"]["trace_id"] == trace_id  # type: ignore[index]
 
 
 def test_an_event_retried_in_another_trace_is_the_same_event(

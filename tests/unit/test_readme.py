@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_sdk_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,13 +11,13 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from pipeline_helpers import wait_for
 
 from evomem import InvalidEventError, Memory, Settings
 from evomem.adapters.redis.overrides import NamespaceSettings
 from evomem.adapters.redis.tokens import TokenStore
 from evomem.cli import main
 from evomem.service.server import EvomemHTTPServer, build_server
+from tests.support.pipeline_helpers import wait_for
 
 WAIT_S = 20.0
 

@@ -7,7 +7,14 @@ import json
 from pathlib import Path
 
 import redis
-from llm_helpers import (
+
+from evomem.adapters.llm.prompt import build_batch
+from evomem.adapters.llm.tokens import EstimatedTokens
+from evomem.core.decisions import DecisionInput
+from evomem.runtime import open_worker
+from evomem.testing.llm_server import Fault, LLMTestServer, read_prompt
+from schemas import TaskEvent
+from tests.support.llm_helpers import (
     applied,
     dead_letters,
     llm_settings,
@@ -16,13 +23,6 @@ from llm_helpers import (
     seed,
     snapshot,
 )
-
-from evomem.adapters.llm.prompt import build_batch
-from evomem.adapters.llm.tokens import EstimatedTokens
-from evomem.core.decisions import DecisionInput
-from evomem.runtime import open_worker
-from evomem.testing.llm_server import Fault, LLMTestServer, read_prompt
-from schemas import TaskEvent
 
 NS, OTHER = "victim", "bystander"
 

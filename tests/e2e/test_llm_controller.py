@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from llm_helpers import llm_settings
 
 from evomem.adapters.llm.answers import DuplicateCheck, read_answer
 from evomem.adapters.llm.controller import LLMController
@@ -22,6 +21,7 @@ from evomem.settings import Settings
 from evomem.testing.llm_server import LLMTestServer
 from schemas import ControllerDecision, InsightNode, TaskEvent
 from schemas.models import utcnow
+from tests.support.llm_helpers import llm_settings
 
 OPS = frozenset({"KEEP", "ARCHIVE", "REVISE"})
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from llm_helpers import dead_letters, llm_settings, publish, run_until_idle, seed
 
 from evomem import cli
 from evomem.adapters.llm.adaptive import RECOVER_AFTER, AdaptiveLimits
@@ -22,6 +21,7 @@ from evomem.adapters.llm.tokens import EstimatedTokens
 from evomem.pipeline.worker import ConsolidationWorker
 from evomem.runtime import make_controller, open_worker
 from evomem.testing.llm_server import Fault, LLMTestServer
+from tests.support.llm_helpers import dead_letters, llm_settings, publish, run_until_idle, seed
 
 NS = "local"
 TEXTS = ["Check the year of a claim against the evidence.", "Search for the bridge entity first."]

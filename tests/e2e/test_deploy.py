@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 import redis
 import yaml
-from pipeline_helpers import wait_for
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -36,8 +35,9 @@ from evomem.ops.worker_metrics import serve as serve_metrics
 from evomem.runtime import fleet_reader
 from evomem.service.server import build_server
 from evomem.settings import Settings
+from tests.support.pipeline_helpers import wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 BIN = Path(sys.executable).parent  # the dev tools (docker-compose, hadolint) install beside python

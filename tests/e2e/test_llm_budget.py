@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 import redis
-from llm_helpers import (
-    applied,
-    llm_settings,
-    publish,
-    run_until_idle,
-    seed,
-)
 
 from evomem.adapters.llm.client import EndpointError, retry_after_s
 from evomem.adapters.llm.ratelimit import RateLimiter
 from evomem.adapters.llm.usage import event_usage, summary
 from evomem.runtime import open_worker
 from evomem.testing.llm_server import LLMTestServer
+from tests.support.llm_helpers import (
+    applied,
+    llm_settings,
+    publish,
+    run_until_idle,
+    seed,
+)
 
 
 def test_two_workers_share_one_request_budget(redis_client: redis.Redis) -> None:

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 import redis
-from pipeline_helpers import (
+
+from evomem import Memory, Settings, keys
+from evomem.adapters.redis.connection import EmbeddedRedis, connect, is_cluster_url
+from evomem.adapters.redis.events import EventStream
+from evomem.adapters.redis.graph import RedisGraphStore
+from evomem.adapters.redis.local_cluster import LocalCluster
+from evomem.core.editing import query_id_for
+from schemas import TaskEvent
+from tests.support.pipeline_helpers import (
     FAST,
     Workers,
     applied_count,
@@ -23,14 +31,6 @@ from pipeline_helpers import (
     wait_for,
     xadd_events,
 )
-
-from evomem import Memory, Settings, keys
-from evomem.adapters.redis.connection import EmbeddedRedis, connect, is_cluster_url
-from evomem.adapters.redis.events import EventStream
-from evomem.adapters.redis.graph import RedisGraphStore
-from evomem.adapters.redis.local_cluster import LocalCluster
-from evomem.core.editing import query_id_for
-from schemas import TaskEvent
 
 pytestmark = pytest.mark.slow
 NS = "fleet"

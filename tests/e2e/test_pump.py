@@ -10,7 +10,7 @@ import redis
 
 from evomem.adapters.redis.events import EventStream
 from evomem.errors import StoreError, TransientError
-from tests.pipeline_helpers import event, wait_for
+from tests.support.pipeline_helpers import event, wait_for
 from workers.pump import BacklogWatch
 
 
