@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from bench import common
+from evomem.adapters.redis.api_tokens import TokenStore
 from evomem.adapters.redis.connection import EmbeddedRedis, connect
-from evomem.adapters.redis.overrides import NamespaceSettings
-from evomem.adapters.redis.tokens import TokenStore
+from evomem.adapters.redis.namespace_settings import NamespaceSettings
 from evomem.settings import Settings
 
 KEY = "caches"

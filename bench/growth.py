@@ -40,7 +40,7 @@ from bench.probes import Progress, ProjectionTimer, cpu_s, redis_pid, redis_used
 from bench.report import checks, format_table, profile_summary
 from bench.world import Agent, Task, World
 from evomem import ConsolidationReport, Memory, Settings
-from evomem.stages import recording
+from evomem.timings import recording
 
 RESULTS_KEY = "growth"
 RESULTS_SCHEMA = 1
@@ -269,7 +269,7 @@ def checkpoint(build: Build, first_window: int, window_size: int, sample: Sequen
             # |Q̃|: the similar queries and their neighbours (Eq. 3-4)
             "expanded_mean": round(float(np.mean(expanded)), 1) if expanded else None,
             "expanded_p99": float(np.percentile(expanded, 99)) if expanded else None,
-            # where a retrieval's time goes (evomem.stages), mean ms per retrieval
+            # where a retrieval's time goes (evomem.timings), mean ms per retrieval
             "stages_mean_ms": {k: round(v / 1e6 / max(len(samples), 1), 4) for k, v in stages.items()},
         },
         "retrieve_in_build_last_window": summarise(list(build.recent_retrieve_ns)),

@@ -1,7 +1,7 @@
 """The hot insight: one insight carrying N positive evidence ids beside a fresh one carrying one, in
 one namespace; a KEEP and a retrieval that serves each are timed, and compared.
 
-Built through ``evomem.adapters.redis.transfer.import_jsonl`` (what ``evomem import`` runs): 2N
+Built through ``evomem.adapters.redis.importer.import_jsonl`` (what ``evomem import`` runs): 2N
 query nodes of two task families, A (the hot insight's N evidence queries) and B (N queries no
 insight cites, but one, the fresh insight's). B is A with every word but the stop words
 ROT13-encoded: the hashing embedder's features of a B text are those of its A text under a
@@ -23,8 +23,8 @@ from typing import Any, TextIO
 
 from bench.probes import Progress, ProjectionTimer, rss_mb
 from evomem import Memory
-from evomem.adapters.redis.transfer import import_jsonl
-from evomem.pipeline.transfer import FORMAT
+from evomem.adapters.redis.importer import import_jsonl
+from evomem.pipeline.export import FORMAT
 
 NAMESPACE = "hot"
 FAMILIES = ("A", "B")

@@ -569,7 +569,7 @@ def server_process(
     if workers > 1:  # the supervisor copies the store for its other processes itself
         env["EVOMEM_HTTP_WORKERS"] = str(workers)
         code = (
-            "from evomem.settings import Settings; from evomem.service.workers import serve_workers; "
+            "from evomem.settings import Settings; from evomem.service.processes import serve_workers; "
             "serve_workers(Settings())"
         )
     try:

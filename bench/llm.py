@@ -7,7 +7,7 @@
   target: ×20 or more from 1 to 64), and once more at 64 in flight with 8 events per call.
 
 Figures are printed and merged into ``bench/results.json`` under the key ``"llm"``. The test
-server counts tokens with the conservative estimate (``evomem.adapters.llm.tokens``), which counts more
+server counts tokens with the conservative estimate (``evomem.adapters.llm.token_count``), which counts more
 than tiktoken does for ordinary text; the ratio between the two settings is what the target is about.
 """
 

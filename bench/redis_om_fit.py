@@ -19,7 +19,7 @@ from typing import Any
 from bench.common import merge_results
 from evomem import keys
 from evomem.adapters.redis.connection import EmbeddedRedis, connect
-from evomem.adapters.redis.overrides import NamespaceSettings
+from evomem.adapters.redis.namespace_settings import NamespaceSettings
 from evomem.settings import Settings
 
 N = 3000

@@ -37,7 +37,7 @@ from bench.common import (
     summarise,
     time_calls,
 )
-from evomem import Memory, keys, stages
+from evomem import Memory, keys, timings
 from evomem.core.editing import EditPlan, PlannedEdit, text_key
 from evomem.core.hashing import word_features
 from evomem.ops.progress import Progress, add_flag, wanted
@@ -526,14 +526,14 @@ STAGES = RETRIEVE_STAGES
 
 
 def stage_breakdown(mem: Memory, tasks: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    """retrieve() timed by its own stages (``evomem.stages``): the retriever's calls, timed where it
+    """retrieve() timed by its own stages (``evomem.timings``): the retriever's calls, timed where it
     makes them, so the breakdown is of the path agents take (the neighbours' evidence is read within
     ``expand``; the retrieval record is written off the path)."""
     per: dict[str, list[int]] = {k: [] for k in STAGES}
     n_candidates, n_expanded, n_served = [], [], []
     for ns, text in tasks:
         times: dict[str, int] = {}
-        with stages.recording(times):
+        with timings.recording(times):
             got = mem.retrieve(text, ns)
         for k in STAGES:
             per[k].append(times.get(k, 0))

@@ -300,13 +300,15 @@ def _serve_worker_metrics(settings: Settings, port: int) -> None:
     import atexit
     import shutil
 
-    from evomem.ops import worker_metrics
+    from evomem.ops import consolidation_metrics
     from evomem.runtime import connect_redis, fleet_reader
 
-    directory = worker_metrics.prepare_multiprocess(settings)
+    directory = consolidation_metrics.prepare_multiprocess(settings)
     atexit.register(shutil.rmtree, directory, True)
-    registry = worker_metrics.scrape_registry(fleet_reader(connect_redis(settings), settings), directory)
-    server, _ = worker_metrics.serve(registry, settings.http_host, port)
+    registry = consolidation_metrics.scrape_registry(
+        fleet_reader(connect_redis(settings), settings), directory
+    )
+    server, _ = consolidation_metrics.serve(registry, settings.http_host, port)
     print(f"worker metrics on http://{settings.http_host}:{server.server_port}/metrics", flush=True)
 
 
@@ -327,7 +329,7 @@ def cmd_project(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """The retrieval service: HTTP API, and the projector for the store it holds."""
-    from evomem.service.workers import serve_any
+    from evomem.service.processes import serve_any
 
     overrides: dict[str, Any] = {}
     if args.host:
@@ -464,7 +466,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from evomem.pipeline.transfer import export, write_jsonl
+    from evomem.pipeline.export import export, write_jsonl
 
     with _open() as mem:
         namespaces = args.namespace or sorted(mem.graph.namespaces())

@@ -172,7 +172,7 @@ def quota(namespace: str, window: int, kind: str) -> str:
 
 def namespace_settings(namespace: str) -> str:
     """Hash: the settings this namespace overrides (field -> JSON value); see
-    ``evomem.adapters.redis.overrides``."""
+    ``evomem.adapters.redis.namespace_settings``."""
     return _key(namespace, "settings")
 
 

@@ -27,23 +27,23 @@ from pathlib import Path
 from typing import Any
 
 from evomem.adapters.qdrant.edge import EdgeIndex, edge_identity, edge_layout
+from evomem.adapters.redis.api_tokens import TokenStore
 from evomem.adapters.redis.changes import RedisChangeFeed, cursor_order
 from evomem.adapters.redis.connection import Client, EmbeddedRedis, connect, is_cluster_url, mapped
 from evomem.adapters.redis.events import EventStream
 from evomem.adapters.redis.graph import RedisGraphStore
-from evomem.adapters.redis.overrides import NamespaceSettings
+from evomem.adapters.redis.importer import import_jsonl
+from evomem.adapters.redis.namespace_settings import NamespaceSettings
 from evomem.adapters.redis.quotas import Quotas
-from evomem.adapters.redis.tokens import TokenStore
-from evomem.adapters.redis.transfer import import_jsonl
 from evomem.core.decisions import Controller, RuleController
 from evomem.core.hashing import HashingEmbedder
 from evomem.core.ports import Embedder, VectorIndex
 from evomem.errors import ConfigError, StoreLockedError, TransientError
 from evomem.logs import get_logger
+from evomem.pipeline.batches import BatchObserver, ConsolidationWorker
 from evomem.pipeline.consolidate import Consolidator
 from evomem.pipeline.project import Follower, FollowerState, Projector
 from evomem.pipeline.retrieve import Retriever
-from evomem.pipeline.worker import BatchObserver, ConsolidationWorker
 from evomem.runfiles import service_url
 from evomem.settings import Settings
 
@@ -446,7 +446,7 @@ def open_worker(
 ) -> ConsolidationWorker:
     """A consolidation loop on the Redis the settings name (or on ``client``, which the caller
     keeps): the event log, the edit store and the controller. ``observe`` is told of every batch
-    (by default this process's worker metrics, ``evomem.ops.worker_metrics``)."""
+    (by default this process's worker metrics, ``evomem.ops.consolidation_metrics``)."""
     settings = settings or Settings()
     client = mapped(connect_redis(settings) if client is None else client)
     graph = RedisGraphStore(
@@ -473,7 +473,7 @@ def open_worker(
         client.close()
 
     if observe is None:
-        from evomem.ops.worker_metrics import worker_metrics
+        from evomem.ops.consolidation_metrics import worker_metrics
 
         observe = worker_metrics().observe
     return ConsolidationWorker(

@@ -1,4 +1,4 @@
-"""Celery tasks: thin, each calls the library and returns. The loop is ``evomem.pipeline.worker``,
+"""Celery tasks: thin, each calls the library and returns. The loop is ``evomem.pipeline.batches``,
 built for this process by ``evomem.runtime.open_worker``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from celery import signals
 from evomem.backoff import capped_doubling
 from evomem.errors import TransientError
 from evomem.ops import tracing
-from evomem.pipeline.worker import ConsolidationWorker
+from evomem.pipeline.batches import ConsolidationWorker
 from evomem.runtime import open_worker
 from evomem.settings import Settings
 from workers.app import app

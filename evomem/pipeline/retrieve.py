@@ -43,10 +43,10 @@ from evomem.core.retrieval import (
 from evomem.errors import TransientError
 from evomem.logs import get_logger
 from evomem.settings import Settings
-from evomem.stages import stage
+from evomem.timings import stage
 
 log = get_logger("evomem.retriever")
-#: The retrieval path's stages, as ``evomem.stages`` times them (a request's canonical log line).
+#: The retrieval path's stages, as ``evomem.timings`` times them (a request's canonical log line).
 STAGES = ("embed", "similar", "evidence", "expand", "candidates", "rank")
 #: Insights read per page when the word-set cache is warmed: a page holds the GIL while the engine
 #: reads it (cold, about 30 ms), so retrievals on other threads wait at most that long.

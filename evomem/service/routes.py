@@ -1,7 +1,7 @@
 """The HTTP API on Starlette: the routes of ``api.ROUTES``, each run through one wrapper that guards
 the request (origin, host, media type, body size and pace), maps any error through ``errors.STATUS``,
 counts it in the metrics before the answer leaves, and writes the request's canonical log line,
-``request.served``, with its stage timings (``evomem.stages``: the service's own, and the
+``request.served``, with its stage timings (``evomem.timings``: the service's own, and the
 retriever's embed, similar, expand, candidates and rank)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from evomem import stages
+from evomem import timings
 from evomem.logs import bind, bound, get_logger
 from evomem.service.api import ROUTES, RetrieveRequest, RouteSpec, openapi
 from evomem.service.app import RetrievalService
@@ -104,7 +104,7 @@ class Api:
             times = record.stages_ns
             read_all = spec.request is None
             # the request's ids on every line logged while it is served; its stages timed into the record
-            with bound(route=spec.name), stages.recording(times):
+            with bound(route=spec.name), timings.recording(times):
                 try:
                     self._guard(request, spec)
                     t0 = clock()

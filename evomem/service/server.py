@@ -186,7 +186,7 @@ def build_server(
 
 def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT; the URL is written under DATA_DIR so other processes can find it.
-    One process; ``evomem.service.workers.serve_workers`` runs several."""
+    One process; ``evomem.service.processes.serve_workers`` runs several."""
     server = build_server(settings)
     url_file = service_url_file(settings.data_dir)
 

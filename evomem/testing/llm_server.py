@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 from evomem.adapters.llm.prompt import EVENTS_HEADER, INSIGHTS_HEADER
-from evomem.adapters.llm.tokens import EstimatedTokens
+from evomem.adapters.llm.token_count import EstimatedTokens
 
 FaultKind = Literal[
     "rate_limit",

@@ -23,9 +23,9 @@ from evomem.adapters.redis.connection import Client, ClusterClient, cluster_seed
 from evomem.adapters.redis.events import EventStream
 from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.adapters.redis.local_cluster import LocalCluster
-from evomem.adapters.redis.overrides import NamespaceSettings
+from evomem.adapters.redis.namespace_settings import NamespaceSettings
 from evomem.errors import ConfigError, TransientError
-from evomem.pipeline.transfer import export
+from evomem.pipeline.export import export
 from evomem.runtime import broker_redis_url
 from schemas import TaskEvent
 from tests.support.pipeline_helpers import event, graph_state

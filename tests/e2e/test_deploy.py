@@ -30,8 +30,8 @@ from redis.retry import Retry
 
 from evomem import keys
 from evomem.adapters.redis.connection import EmbeddedRedis, connect
-from evomem.ops.worker_metrics import scrape_registry
-from evomem.ops.worker_metrics import serve as serve_metrics
+from evomem.ops.consolidation_metrics import scrape_registry
+from evomem.ops.consolidation_metrics import serve as serve_metrics
 from evomem.runtime import fleet_reader
 from evomem.service.server import build_server
 from evomem.settings import Settings

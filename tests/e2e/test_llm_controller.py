@@ -13,7 +13,7 @@ import redis
 from evomem.adapters.llm.answers import DuplicateCheck, read_answer
 from evomem.adapters.llm.controller import LLMController
 from evomem.adapters.llm.prompt import PROMPT_VERSION, SYSTEM_PROMPT, build_batch, event_document
-from evomem.adapters.llm.tokens import EstimatedTokens, TiktokenTokens, cut
+from evomem.adapters.llm.token_count import EstimatedTokens, TiktokenTokens, cut
 from evomem.core.decisions import DecisionFailure, DecisionInput, RuleController
 from evomem.errors import ConfigError
 from evomem.runtime import make_controller

@@ -11,7 +11,7 @@ import redis
 
 from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.errors import TransientError
-from evomem.pipeline.worker import ConsolidationWorker
+from evomem.pipeline.batches import ConsolidationWorker
 from evomem.runtime import open_worker
 from evomem.testing.llm_server import Fault, LLMTestServer
 from tests.support.llm_helpers import (

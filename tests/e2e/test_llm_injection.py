@@ -9,7 +9,7 @@ from pathlib import Path
 import redis
 
 from evomem.adapters.llm.prompt import build_batch
-from evomem.adapters.llm.tokens import EstimatedTokens
+from evomem.adapters.llm.token_count import EstimatedTokens
 from evomem.core.decisions import DecisionInput
 from evomem.runtime import open_worker
 from evomem.testing.llm_server import Fault, LLMTestServer, read_prompt

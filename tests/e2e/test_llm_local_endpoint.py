@@ -17,8 +17,8 @@ from evomem import cli
 from evomem.adapters.llm.adaptive import RECOVER_AFTER, AdaptiveLimits
 from evomem.adapters.llm.controller import COMPLETION_OVERHEAD_TOKENS, LLMController, shorten
 from evomem.adapters.llm.prompt import build_batch
-from evomem.adapters.llm.tokens import EstimatedTokens
-from evomem.pipeline.worker import ConsolidationWorker
+from evomem.adapters.llm.token_count import EstimatedTokens
+from evomem.pipeline.batches import ConsolidationWorker
 from evomem.runtime import make_controller, open_worker
 from evomem.testing.llm_server import Fault, LLMTestServer
 from tests.support.llm_helpers import dead_letters, llm_settings, publish, run_until_idle, seed
@@ -56,7 +56,7 @@ def test_a_refused_json_schema_falls_back_whatever_the_status(
 def test_the_fallback_schema_fixes_each_events_number_and_insights() -> None:
     """The schema sent with JSON mode is the call's own: exactly the events asked for, in order,
     each with exactly its insight numbers; a grammar built from it leaves a model only the choices."""
-    from test_llm_controller import inp, node
+    from tests.e2e.test_llm_controller import inp, node
 
     a, b, c = node(1, "First."), node(2, "Second."), node(3, "Third.")
     batch = build_batch([inp("q1", retrieved=(a, b)), inp("q2", retrieved=(b, c))], EstimatedTokens(), 500)
@@ -212,7 +212,7 @@ def test_json_object_schema_can_be_chosen_outright(
     settings = llm_settings(tmp_path, redis_url, llm_server, llm_response_format="json_object_schema")
     controller = make_controller(settings, redis_client)
     assert isinstance(controller, LLMController)
-    from test_llm_controller import inp
+    from tests.e2e.test_llm_controller import inp
 
     assert len(controller.decide([inp("q")])) == 1
     assert [(c.mode, c.schema) for c in llm_server.calls] == [("json_object", True)]
@@ -259,7 +259,7 @@ def test_a_revision_or_addition_that_copies_the_task_is_not_a_lesson() -> None:
     block E is on block H ..."). A REVISE that copies six words in a row of a report in the call
     (its event's or another's) is refused with the reason; such an ADD is dropped and the event's
     verdicts stand; the agent's own proposed insight may be adopted word for word."""
-    from test_llm_controller import inp, node
+    from tests.e2e.test_llm_controller import inp, node
 
     from evomem.adapters.llm.answers import DuplicateCheck, read_answer
 
@@ -321,7 +321,7 @@ def test_a_revision_may_repeat_an_insight_the_report_quotes_but_not_the_task() -
 
     from evomem.adapters.llm.answers import copied_from_task, task_words
     from evomem.adapters.llm.prompt import build_batch
-    from evomem.adapters.llm.tokens import EstimatedTokens
+    from evomem.adapters.llm.token_count import EstimatedTokens
     from evomem.core.decisions import DecisionInput
     from evomem.core.ports import InsightHead
     from schemas import TaskEvent

@@ -272,7 +272,7 @@ def test_streamable_http_refuses_missing_unknown_and_borrowed_tokens(mcp_http: M
 
 
 def test_a_run_time_token_reaches_its_namespace_through_mcp(mcp_http: MCPHTTPServer) -> None:
-    from evomem.adapters.redis.tokens import TokenStore
+    from evomem.adapters.redis.api_tokens import TokenStore
 
     token, _ = TokenStore(mcp_http.backend.memory.redis).create(["gamma"])  # type: ignore[union-attr]
 

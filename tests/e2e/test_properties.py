@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from evomem import EvomemError, InvalidEventError, Memory, Settings, keys
-from evomem.pipeline.transfer import export
+from evomem.pipeline.export import export
 from evomem.service.server import EvomemHTTPServer, build_server
 
 TOKENS = "tok-evil=evil,evil2;tok-victim=victim"

@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from evomem import InvalidEventError, Memory, Settings
-from evomem.adapters.redis.overrides import NamespaceSettings
-from evomem.adapters.redis.tokens import TokenStore
+from evomem.adapters.redis.api_tokens import TokenStore
+from evomem.adapters.redis.namespace_settings import NamespaceSettings
 from evomem.cli import main
 from evomem.service.server import EvomemHTTPServer, build_server
 from tests.support.pipeline_helpers import wait_for

@@ -9,9 +9,9 @@ import redis
 
 from evomem import Memory, Settings
 from evomem.adapters.redis.connection import EmbeddedRedis
-from evomem.adapters.redis.transfer import import_jsonl
+from evomem.adapters.redis.importer import import_jsonl
 from evomem.core.hashing import word_features
-from evomem.pipeline.transfer import export, write_jsonl
+from evomem.pipeline.export import export, write_jsonl
 
 
 def test_an_export_imported_elsewhere_serves_the_same_insights(memory: Memory, tmp_path: Path) -> None:

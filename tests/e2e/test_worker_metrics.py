@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from evomem import Memory, Settings
-from evomem.ops.worker_metrics import scrape_registry, worker_metrics
+from evomem.ops.consolidation_metrics import scrape_registry, worker_metrics
 from evomem.runtime import fleet_reader, open_worker
 from evomem.service.server import EvomemHTTPServer, build_server
 

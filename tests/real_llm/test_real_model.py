@@ -22,7 +22,7 @@ from evomem.adapters.llm.answers import load_json
 from evomem.adapters.llm.client import ChatEndpoint, ResponseFormatUnsupported
 from evomem.adapters.llm.controller import LLMController
 from evomem.adapters.llm.prompt import SYSTEM_PROMPT, build_batch
-from evomem.adapters.llm.tokens import EstimatedTokens
+from evomem.adapters.llm.token_count import EstimatedTokens
 from evomem.adapters.llm.usage import event_usage, summary
 from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.core.decisions import DecisionInput

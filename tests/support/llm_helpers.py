@@ -12,7 +12,7 @@ import redis
 
 from evomem.adapters.redis.events import EventStream
 from evomem.adapters.redis.graph import RedisGraphStore
-from evomem.pipeline.worker import ConsolidationWorker
+from evomem.pipeline.batches import ConsolidationWorker
 from evomem.settings import Settings
 from evomem.testing.llm_server import LLMTestServer
 from evomem.testing.seeding import seed_insights

@@ -15,8 +15,8 @@ from evomem.adapters.memory.events import InMemoryEventLog
 from evomem.adapters.memory.graph import InMemoryGraphStore
 from evomem.core.decisions import Decision, DecisionFailure, DecisionInput, RuleController
 from evomem.errors import TransientError
+from evomem.pipeline.batches import ConsolidationWorker
 from evomem.pipeline.consolidate import Consolidator
-from evomem.pipeline.worker import ConsolidationWorker
 from schemas import TaskEvent
 
 

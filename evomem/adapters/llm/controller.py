@@ -44,7 +44,7 @@ from evomem.adapters.llm.client import (
 )
 from evomem.adapters.llm.prompt import PROMPT_VERSION, SYSTEM_PROMPT, PromptBatch, build_batch, correction
 from evomem.adapters.llm.ratelimit import RateLimiter
-from evomem.adapters.llm.tokens import TokenCounter, token_counter
+from evomem.adapters.llm.token_count import TokenCounter, token_counter
 from evomem.adapters.llm.usage import UsageRecorder
 from evomem.adapters.redis.connection import Client
 from evomem.backoff import capped_doubling

@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evomem.adapters.llm.tokens import TokenCounter, cut
+from evomem.adapters.llm.token_count import TokenCounter, cut
 from evomem.core.decisions import DecisionInput
 from evomem.core.ports import InsightHead
 from schemas import TaskEvent

@@ -1,5 +1,5 @@
 """Export: every node of some namespaces as JSON records (``evomem export``), read through the graph
-ports; ``evomem import`` writes them back (``evomem.adapters.redis.transfer``)."""
+ports; ``evomem import`` writes them back (``evomem.adapters.redis.importer``)."""
 
 from __future__ import annotations
 

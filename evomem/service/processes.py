@@ -55,7 +55,7 @@ class _Child:
     def start(self) -> None:
         """Start the process and wait until it serves (its store is open and caught up)."""
         proc = subprocess.Popen(
-            [sys.executable, "-m", "evomem.service.workers", str(self.fd)],
+            [sys.executable, "-m", "evomem.service.processes", str(self.fd)],
             env=self.env,
             pass_fds=(self.fd,),
             stdin=subprocess.DEVNULL,
