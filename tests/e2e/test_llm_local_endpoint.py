@@ -259,9 +259,8 @@ def test_a_revision_or_addition_that_copies_the_task_is_not_a_lesson() -> None:
     block E is on block H ..."). A REVISE that copies six words in a row of a report in the call
     (its event's or another's) is refused with the reason; such an ADD is dropped and the event's
     verdicts stand; the agent's own proposed insight may be adopted word for word."""
-    from tests.e2e.test_llm_controller import inp, node
-
     from evomem.adapters.llm.answers import DuplicateCheck, read_answer
+    from tests.e2e.test_llm_controller import inp, node
 
     query = "Plan: block E is on block H, block L is on the table; goal: D is on E."
     original = node(1, "Always put every block on the table first.")
