@@ -186,7 +186,8 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
         default = action.default
         shown = "" if default in (None, False, argparse.SUPPRESS) or default == [] else f"`{default}`"
         choices = f" (one of {', '.join(f'`{c}`' for c in action.choices)})" if action.choices else ""
-        rows.append(f"| {name} | {_cell((action.help or '') % vars(action) if action.help else '')}{choices} | {shown} |")
+        what = _cell(action.help % vars(action)) if action.help else ""
+        rows.append(f"| {name} | {what}{choices} | {shown} |")
     return rows
 
 
@@ -281,7 +282,10 @@ def http_page() -> str:
             if body:
                 for ctype, content in body.get("content", {}).items():
                     required = " (required)" if body.get("required") else ""
-                    out += [f"Request body{required}: `{ctype}`, {_schema_type(content.get('schema', {}))}.", ""]
+                    out += [
+                        f"Request body{required}: `{ctype}`, {_schema_type(content.get('schema', {}))}.",
+                        "",
+                    ]
             out += ["| status | meaning | body |", "|---|---|---|"]
             for status, resp in op.get("responses", {}).items():
                 contents = resp.get("content", {})
@@ -297,11 +301,11 @@ def http_page() -> str:
             out += [_cell(schema["description"]), ""]
         props = schema.get("properties", {})
         if props:
-            required = set(schema.get("required", ()))
+            needed = set(schema.get("required", ()))
             out += ["| field | type | required | meaning |", "|---|---|---|---|"]
             for prop, sub in props.items():
                 desc = _cell(sub.get("description", "") or sub.get("title", ""))
-                mark = "yes" if prop in required else ""
+                mark = "yes" if prop in needed else ""
                 out.append(f"| `{prop}` | {_schema_type(sub)} | {mark} | {desc} |")
             out.append("")
         elif "enum" in schema or "type" in schema:
@@ -369,7 +373,9 @@ def line_chart(
         xticks = [(10 ** (x0 + (x1 - x0) * i / 4)) if logx else x0 + (x1 - x0) * i / 4 for i in range(5)]
     for xv in xticks:
         parts.append(f'<text x="{px(xv):.1f}" y="{top + ph + 16}" text-anchor="middle">{_tick(xv)}</text>')
-    parts.append(f'<text x="{left + pw / 2}" y="{height - 8}" text-anchor="middle">{html.escape(xlabel)}</text>')
+    parts.append(
+        f'<text x="{left + pw / 2}" y="{height - 8}" text-anchor="middle">{html.escape(xlabel)}</text>'
+    )
     parts.append(
         f'<text x="14" y="{top + ph / 2}" text-anchor="middle" '
         f'transform="rotate(-90 14 {top + ph / 2})">{html.escape(ylabel)}</text>'
@@ -411,7 +417,8 @@ def _machine(section: Mapping[str, Any]) -> str:
         return f"{cores} cores, otherwise not recorded" if cores else "not recorded"
     load = m.get("loadavg_at_start")
     load_text = f", load average {load[0]:.2f} at start" if isinstance(load, list) and load else ""
-    return f"{m.get('cpu', 'CPU not recorded')}, {m.get('cores', '?')} cores, Python {m.get('python', '?')}{load_text}"
+    cpu, cores, python = m.get("cpu", "CPU not recorded"), m.get("cores", "?"), m.get("python", "?")
+    return f"{cpu}, {cores} cores, Python {python}{load_text}"
 
 
 def _provenance(section: Mapping[str, Any]) -> list[str]:
@@ -440,6 +447,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
 def benchmark_pages(results: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
     """The benchmarks page and its SVG plots (file name → SVG), from the results file's sections."""
     plots: dict[str, str] = {}
+    rows: list[tuple[Any, ...]]
     out = [
         "# Benchmarks: current figures",
         "",
@@ -457,7 +465,14 @@ def benchmark_pages(results: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
         out += _table(
             ["scenario", "queries", "insights", "scoring", "p50 ms", "p99 ms"],
             [
-                (s.get("name"), s.get("n_queries"), s.get("n_insights"), s.get("scoring"), s.get("p50_ms"), s.get("p99_ms"))
+                (
+                    s.get("name"),
+                    s.get("n_queries"),
+                    s.get("n_insights"),
+                    s.get("scoring"),
+                    s.get("p50_ms"),
+                    s.get("p99_ms"),
+                )
                 for s in r.get("scenarios", [])
             ],
         )
@@ -470,39 +485,77 @@ def benchmark_pages(results: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
         out += _table(
             ["mode", "variant", "concurrency", "p50 ms", "p99 ms", "QPS", "server CPU ms/request"],
             [
-                (lv.get("mode"), lv.get("variant"), lv.get("concurrency"), lv.get("p50_ms"), lv.get("p99_ms"), lv.get("qps"), lv.get("server_cpu_ms_per_request"))
+                (
+                    lv.get("mode"),
+                    lv.get("variant"),
+                    lv.get("concurrency"),
+                    lv.get("p50_ms"),
+                    lv.get("p99_ms"),
+                    lv.get("qps"),
+                    lv.get("server_cpu_ms_per_request"),
+                )
                 for lv in levels
             ],
         )
         series: dict[str, list[tuple[float, float]]] = {}
         for lv in levels:
             if lv.get("mode") != "in_process" and lv.get("qps") is not None:
-                series.setdefault(str(lv.get("variant")), []).append((float(lv["concurrency"]), float(lv["qps"])))
+                series.setdefault(str(lv.get("variant")), []).append(
+                    (float(lv["concurrency"]), float(lv["qps"]))
+                )
         if series:
             name = f"{key}-qps.svg"
             plots[name] = line_chart(
-                series, title=f"QPS by concurrency ({key}, {_when(h)[:10]})", xlabel="concurrent clients",
-                ylabel="requests per second", logx=True,
+                series,
+                title=f"QPS by concurrency ({key}, {_when(h)[:10]})",
+                xlabel="concurrent clients",
+                ylabel="requests per second",
+                logx=True,
             )
             out += [f"![QPS by concurrency]({name})", ""]
     s = results.get("scale")
     if isinstance(s, Mapping):
-        out += ["## Retrieval as the memory grows (`python -m bench.http --scale`, key `scale`)", "", *_provenance(s)]
+        out += [
+            "## Retrieval as the memory grows (`python -m bench.http --scale`, key `scale`)",
+            "",
+            *_provenance(s),
+        ]
         pts = [p for p in s.get("points", []) if isinstance(p, Mapping)]
         out += _table(
             ["queries", "insights", "p50 ms", "p99 ms", "repeat p50 ms"],
-            [(p.get("n_queries"), p.get("n_insights"), p.get("p50_ms"), p.get("p99_ms"), (p.get("repeat") or {}).get("p50_ms")) for p in pts],
+            [
+                (
+                    p.get("n_queries"),
+                    p.get("n_insights"),
+                    p.get("p50_ms"),
+                    p.get("p99_ms"),
+                    (p.get("repeat") or {}).get("p50_ms"),
+                )
+                for p in pts
+            ],
         )
         if pts:
             plots["scale-p50.svg"] = line_chart(
-                {"p50": [(float(p["n_insights"]), float(p["p50_ms"])) for p in pts if p.get("p50_ms") is not None]},
-                title=f"Retrieve p50 by insights ({_when(s)[:10]})", xlabel="insights", ylabel="ms", logx=True,
+                {
+                    "p50": [
+                        (float(p["n_insights"]), float(p["p50_ms"]))
+                        for p in pts
+                        if p.get("p50_ms") is not None
+                    ]
+                },
+                title=f"Retrieve p50 by insights ({_when(s)[:10]})",
+                xlabel="insights",
+                ylabel="ms",
+                logx=True,
             )
             out += ["![Retrieve p50 by insights](scale-p50.svg)", ""]
     p = results.get("pipeline")
     if isinstance(p, Mapping):
         out += ["## Consolidation workers (`python -m bench.pipeline`)", "", *_provenance(p)]
-        rows = [(t.get("processes"), t.get("events"), t.get("events_per_s"), t.get("events_per_s_per_process")) for t in p.get("throughput", [])]
+        rows = [
+            (t.get("processes"), t.get("events"), t.get("events_per_s"), t.get("events_per_s_per_process"))
+            for t in p.get("throughput", [])
+        ]
         out += _table(["worker processes", "events", "events/s", "events/s per process"], rows)
         inp = p.get("in_process", {})
         rep = p.get("report", {})
@@ -526,21 +579,39 @@ def benchmark_pages(results: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
                 ("prompt tokens per event, 1 event a call", pt.get("per_event_at_1_per_call"), ""),
                 ("prompt tokens per event, 8 events a call", pt.get("per_event_at_8_per_call"), ""),
                 ("saving", pt.get("saving"), f"≥ {pt.get('target_saving')}"),
-                ("events/s speed-up, 64 calls in flight against 1", llm.get("throughput", {}).get("speedup_64_vs_1"), f"≥ {llm.get('throughput', {}).get('target_speedup')}"),
+                (
+                    "events/s speed-up, 64 calls in flight against 1",
+                    llm.get("throughput", {}).get("speedup_64_vs_1"),
+                    f"≥ {llm.get('throughput', {}).get('target_speedup')}",
+                ),
             ],
         )
     g = results.get("growth")
     if isinstance(g, Mapping):
-        out += ["## Growth: cost per task as the memory learns (`python -m bench.growth`)", "", *_provenance(g)]
+        out += [
+            "## Growth: cost per task as the memory learns (`python -m bench.growth`)",
+            "",
+            *_provenance(g),
+        ]
         out += _table(
             ["check", "value", "rule", "limit", "passed"],
-            [(c.get("name"), c.get("value"), c.get("rule"), c.get("limit"), c.get("passed")) for c in g.get("checks", [])],
+            [
+                (c.get("name"), c.get("value"), c.get("rule"), c.get("limit"), c.get("passed"))
+                for c in g.get("checks", [])
+            ],
         )
         cps = [c for c in g.get("checkpoints", []) if isinstance(c, Mapping)]
         if cps:
             out += _table(
                 ["tasks", "tasks/s (whole build)", "retrieve p50 ms at the checkpoint"],
-                [(c.get("tasks"), (c.get("cumulative") or {}).get("tasks_per_s"), (c.get("retrieve_sample") or {}).get("p50_ms")) for c in cps],
+                [
+                    (
+                        c.get("tasks"),
+                        (c.get("cumulative") or {}).get("tasks_per_s"),
+                        (c.get("retrieve_sample") or {}).get("p50_ms"),
+                    )
+                    for c in cps
+                ],
             )
     q = results.get("quality")
     if isinstance(q, Mapping):
@@ -548,7 +619,18 @@ def benchmark_pages(results: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
         targets = [t for t in q.get("targets", []) if isinstance(t, Mapping)]
         out += _table(
             ["world", "target", "arms", "value", "bound", "scope", "passed"],
-            [(t.get("world"), t.get("target"), " vs ".join(t.get("arms", [])), t.get("value"), t.get("bound"), t.get("scope"), t.get("pass")) for t in targets],
+            [
+                (
+                    t.get("world"),
+                    t.get("target"),
+                    " vs ".join(t.get("arms", [])),
+                    t.get("value"),
+                    t.get("bound"),
+                    t.get("scope"),
+                    t.get("pass"),
+                )
+                for t in targets
+            ],
         )
         curves = q.get("curves", {})
         default_arm = q.get("default_arm", "all-evidence/weighted")
@@ -562,8 +644,10 @@ def benchmark_pages(results: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
             if series:
                 name = f"quality-{re.sub(r'[^a-z0-9]+', '-', world.lower())}.svg"
                 plots[name] = line_chart(
-                    series, title=f"Success over the run, world {world} ({_when(q)[:10]})",
-                    xlabel="point of the run (moving average)", ylabel="success rate",
+                    series,
+                    title=f"Success over the run, world {world} ({_when(q)[:10]})",
+                    xlabel="point of the run (moving average)",
+                    ylabel="success rate",
                 )
                 out += [f"![Success over the run, {world}]({name})", ""]
         if QUALITY_PLOT.exists():
@@ -580,13 +664,24 @@ def benchmark_pages(results: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
         for key in ("one_server", "one_server_tcp", "cluster", "cluster_wait_1"):
             part = c.get(key)
             if isinstance(part, Mapping):
-                rows.append((key, (part.get("report") or {}).get("p50_ms"), part.get("consolidate_events_per_s"), (part.get("retrieve") or {}).get("p50_ms")))
+                rows.append(
+                    (
+                        key,
+                        (part.get("report") or {}).get("p50_ms"),
+                        part.get("consolidate_events_per_s"),
+                        (part.get("retrieve") or {}).get("p50_ms"),
+                    )
+                )
         out += _table(["setup", "report() p50 ms", "consolidation events/s", "retrieve() p50 ms"], rows)
     ca = results.get("caches")
     if isinstance(ca, Mapping):
         out += ["## The tenancy caches (`python -m bench.caches`)", "", *_provenance(ca)]
         for key in ("namespace_settings", "tokens"):
-            rows = [(e.get("entries"), e.get("hit_rate"), e.get("us_per_call")) for e in ca.get(key, []) if isinstance(e, Mapping)]
+            rows = [
+                (e.get("entries"), e.get("hit_rate"), e.get("us_per_call"))
+                for e in ca.get(key, [])
+                if isinstance(e, Mapping)
+            ]
             if rows:
                 out += [f"`{key}`:", "", *_table(["entries", "hit rate", "µs a lookup"], rows)]
     om = results.get("redis_om")
@@ -595,10 +690,27 @@ def benchmark_pages(results: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
         rows = [(f"get: {k}", v) for k, v in (om.get("get_us") or {}).items()]
         rows += [(f"save: {k}", v) for k, v in (om.get("save_us") or {}).items()]
         out += _table(["µs a call", "value"], rows)
-    known = {"retrieval", "http", "http_aligned", "scale", "pipeline", "llm", "growth", "quality", "cluster", "caches", "redis_om"}
+    known = {
+        "retrieval",
+        "http",
+        "http_aligned",
+        "scale",
+        "pipeline",
+        "llm",
+        "growth",
+        "quality",
+        "cluster",
+        "caches",
+        "redis_om",
+    }
     others = [k for k in results if k not in known]
     if others:
-        out += ["## Other suites in the file", "", *[f"- `{k}`: {_when(results[k]) if isinstance(results[k], Mapping) else ''}" for k in others], ""]
+        out += [
+            "## Other suites in the file",
+            "",
+            *[f"- `{k}`: {_when(results[k]) if isinstance(results[k], Mapping) else ''}" for k in others],
+            "",
+        ]
     return "\n".join(out), plots
 
 
