@@ -325,7 +325,7 @@ def line_chart(
     xlabel: str,
     ylabel: str,
     logx: bool = False,
-    width: int = 640,
+    width: int = 760,
     height: int = 320,
 ) -> str:
     """A small SVG line chart: one polyline per series, axes with five ticks, a legend."""
@@ -344,7 +344,7 @@ def line_chart(
         x1 = x0 + 1
     if y1 == y0:
         y1 = y0 + 1
-    left, right, top, bottom = 64, 16, 36, 48
+    left, right, top, bottom = 64, 180, 36, 48
     pw, ph = width - left - right, height - top - bottom
 
     def px(x: float) -> float:
@@ -386,10 +386,11 @@ def line_chart(
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"/>')
         for x, y in pts if len(pts) <= 12 else ():
             parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
-        ly = top + 4 + 16 * i
+        ly = top + 4 + 18 * i
+        lx = left + pw + 14
         parts.append(
-            f'<rect x="{left + 10}" y="{ly}" width="12" height="4" fill="{color}"/>'
-            f'<text x="{left + 28}" y="{ly + 6}">{html.escape(name)}</text>'
+            f'<rect x="{lx}" y="{ly}" width="12" height="4" fill="{color}"/>'
+            f'<text x="{lx + 18}" y="{ly + 6}">{html.escape(name)}</text>'
         )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
@@ -633,6 +634,7 @@ def benchmark_pages(results: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
             ],
         )
         curves = q.get("curves", {})
+        tasks = (q.get("options") or {}).get("tasks")
         default_arm = q.get("default_arm", "all-evidence/weighted")
         shown = [a for a in (default_arm, q.get("append_only_arm", "add+keep/weighted"), "none") if a]
         for world, arms in curves.items() if isinstance(curves, Mapping) else ():
@@ -640,13 +642,14 @@ def benchmark_pages(results: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
             for arm in shown:
                 ys = arms.get(arm) if isinstance(arms, Mapping) else None
                 if ys:
-                    series[arm] = [(float(i + 1), float(y)) for i, y in enumerate(ys) if y is not None]
+                    step = float(tasks) / len(ys) if isinstance(tasks, int) and tasks > 0 else 1.0
+                    series[arm] = [((i + 1) * step, float(y)) for i, y in enumerate(ys) if y is not None]
             if series:
                 name = f"quality-{re.sub(r'[^a-z0-9]+', '-', world.lower())}.svg"
                 plots[name] = line_chart(
                     series,
                     title=f"Success over the run, world {world} ({_when(q)[:10]})",
-                    xlabel="point of the run (moving average)",
+                    xlabel="tasks (success: mean over each bin of tasks and the seeds)",
                     ylabel="success rate",
                 )
                 out += [f"![Success over the run, {world}]({name})", ""]
