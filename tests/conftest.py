@@ -51,6 +51,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+#: fixtures shared across tiers
+pytest_plugins = ["tests.support.otel"]
+
 TIER_MARKERS = {"slow": "slow", "real_llm": "real_llm"}
 
 

@@ -4,36 +4,15 @@ context travels in the event, in process, through the HTTP service and into a wo
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
-import pytest
 import redis
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from evomem import Memory, Settings, TaskEvent
 from evomem.sdk.remote import RemoteMemory
 from evomem.service.server import build_server
-
-_exporter = InMemorySpanExporter()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _provider() -> None:
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(_exporter))
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    _exporter.clear()
-    yield _exporter
-    _exporter.clear()
 
 
 def _learn(mem: Memory | RemoteMemory, query: str) -> str:

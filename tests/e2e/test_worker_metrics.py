@@ -4,13 +4,9 @@ dashboard uses only metric names that the service and a worker expose."""
 
 from __future__ import annotations
 
-import re
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import redis
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,7 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from evomem import Memory, Settings
 from evomem.ops.consolidation_metrics import scrape_registry, worker_metrics
 from evomem.runtime import fleet_reader, open_worker
-from evomem.service.server import EvomemHTTPServer, build_server
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "evomem-dashboard.json"
 
@@ -88,18 +83,3 @@ def test_a_scrape_answers_while_redis_is_away(settings: Settings) -> None:
     metrics = parse(generate_latest(scrape_registry(fleet_reader(Away(), settings), None)).decode())
     assert value(metrics, "evomem_worker_redis_up") == 0
     assert worker_metrics().registry is not None
-
-
-@pytest.fixture
-def service(settings: Settings, redis_client: redis.Redis) -> Iterator[EvomemHTTPServer]:
-    srv = build_server(settings.model_copy(update={"http_port": 0}))
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    srv.service.runtime.close()
-
-
-def _worker_url(log: Path) -> str | None:
-    found = re.search(r"worker metrics on (http://\S+/metrics)", log.read_text(errors="replace"))
-    return found.group(1) if found else None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,24 @@ import pytest
 import redis
 
 from evomem import Memory, Settings
-from evomem.service.server import EvomemHTTPServer
-from tests.e2e.test_worker_metrics import DASHBOARD, _events, _worker_url, parse, value
+from evomem.service.server import EvomemHTTPServer, build_server
+from tests.e2e.test_worker_metrics import DASHBOARD, _events, parse, value
 from tests.support.pipeline_helpers import Workers, wait_for
+
+
+@pytest.fixture
+def service(settings: Settings, redis_client: redis.Redis) -> Iterator[EvomemHTTPServer]:
+    srv = build_server(settings.model_copy(update={"http_port": 0}))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    srv.service.runtime.close()
+
+
+def _worker_url(log: Path) -> str | None:
+    found = re.search(r"worker metrics on (http://\S+/metrics)", log.read_text(errors="replace"))
+    return found.group(1) if found else None
 
 
 @pytest.mark.slow
