@@ -1,7 +1,8 @@
 """The documentation site's generated pages, built by MkDocs (``hooks:`` in mkdocs.yml) at every build.
 
 The reference pages come from the code itself: the settings from ``evomem.Settings``, the command
-line from ``evomem.cli.build_parser()``, the HTTP API from ``evomem.service.api.openapi()``; the
+line from ``evomem.cli.build_parser()``, the HTTP API from ``evomem.service.api.openapi()``, the Python
+API from what ``evomem`` exports (rendered by mkdocstrings from its docstrings); the
 benchmark page and its plots from ``bench/results.json``; the lab notes' index from ``docs/lab/``.
 Nothing generated is written into the source tree. tests/unit/test_docs.py imports this file too.
 """
@@ -224,6 +225,54 @@ def cli_page() -> str:
         "",
     ]
     out += _cli_section(parser, "evomem", parser.description or "", 2)
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------- Python API
+
+
+def python_page() -> str:
+    """mkdocstrings directives for every name ``evomem`` exports (``evomem.__all__``), grouped."""
+    import evomem
+    from evomem.errors import EvomemError
+
+    names = [n for n in evomem.__all__ if not n.startswith("_")]
+    objects = {n: getattr(evomem, n) for n in names}
+    errors = [n for n, o in objects.items() if isinstance(o, type) and issubclass(o, EvomemError)]
+    entry = [n for n in ("Memory",) if n in objects]
+    config = [n for n in ("Settings", "TaskEvent") if n in objects]
+    results = [n for n in names if n not in {*errors, *entry, *config}]
+    errors.sort(key=lambda n: (n != "EvomemError", n))
+    out = [
+        "# Python API",
+        "",
+        "Generated at build time from the docstrings of what `evomem` exports (`evomem.__all__`).",
+        "[The SDK guide](../guides/sdk.md) shows it in use; DESIGN's public surface (`Memory.open`,",
+        "`retrieve`, `report`, `consolidate`, `insight`) is the contract these names keep.",
+        "",
+    ]
+    groups = (
+        ("Opening a memory", entry),
+        ("Results", results),
+        ("Events and settings", config),
+        ("Errors", errors),
+    )
+    for title, group in groups:
+        if not group:
+            continue
+        out += [f"## {title}", ""]
+        for name in group:
+            out.append(f"::: evomem.{name}")
+            if name == "Memory":
+                out += ["    options:", "      inherited_members: true"]
+            elif name == "Settings":
+                out += ["    options:", "      members: false"]
+            out.append("")
+        if title == "Events and settings":
+            out += [
+                "Every settings field, its variable and default: [the settings reference](settings.md).",
+                "",
+            ]
     return "\n".join(out)
 
 
@@ -799,6 +848,7 @@ def generated_pages() -> dict[str, str | bytes]:
         "reference/settings.md": settings_page(),
         "reference/cli.md": cli_page(),
         "reference/http.md": http_page(),
+        "reference/python.md": python_page(),
         "lab/index.md": lab_index(),
     }
     results = json.loads(RESULTS.read_text(encoding="utf-8")) if RESULTS.exists() else {}

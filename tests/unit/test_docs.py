@@ -160,3 +160,12 @@ def test_every_lab_note_is_dated_and_titled() -> None:
         assert path.read_text().startswith("# "), path.name
     index = site.lab_index()
     assert index.count("](2026-") == len([p for p in (ROOT / "docs" / "lab").glob("2*.md")])
+
+
+def test_the_python_page_documents_every_public_name() -> None:
+    import evomem
+
+    page = site.python_page()
+    for name in evomem.__all__:
+        if not name.startswith("_"):
+            assert f"::: evomem.{name}\n" in page, name
