@@ -262,7 +262,10 @@ def python_page() -> str:
             continue
         out += [f"## {title}", ""]
         for name in group:
-            out.append(f"::: evomem.{name}")
+            # a name evomem re-exports from a package beside it is documented where it is defined
+            module = getattr(objects[name], "__module__", "") or ""
+            path = f"evomem.{name}" if module.split(".")[0] == "evomem" else f"{module}.{name}"
+            out.append(f"::: {path}")
             if name == "Memory":
                 out += ["    options:", "      inherited_members: true"]
             elif name == "Settings":
