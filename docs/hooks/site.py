@@ -198,7 +198,25 @@ def _fixed_width(parser: argparse.ArgumentParser) -> None:
         _fixed_width(sub)
 
 
+#: Commands whose parser only hands its arguments on (``delegated``), and the module whose
+#: ``add_arguments`` builds the real one.
+DELEGATED = {"evomem demo": "evomem.demo", "evomem bench": "bench.retrieval"}
+
+
+def _delegated_parser(parser: argparse.ArgumentParser, path: str) -> argparse.ArgumentParser:
+    if not parser.get_default("delegated") or path not in DELEGATED:
+        return parser
+    import importlib
+
+    real = argparse.ArgumentParser(
+        prog=path, formatter_class=lambda prog: argparse.HelpFormatter(prog, width=96)
+    )
+    importlib.import_module(DELEGATED[path]).add_arguments(real)
+    return real
+
+
 def _cli_section(parser: argparse.ArgumentParser, path: str, help_text: str, depth: int) -> list[str]:
+    parser = _delegated_parser(parser, path)
     out = [f"{'#' * depth} `{path}`", ""]
     if help_text:
         out += [help_text[0].upper() + help_text[1:] + ("" if help_text.endswith(".") else "."), ""]

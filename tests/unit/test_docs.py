@@ -74,6 +74,8 @@ def test_the_cli_page_covers_every_command() -> None:
         for deeper in site._subcommands(sub):
             assert f"`evomem {name} {deeper}`" in page
     assert "--log-level" in page
+    demo = page.split("## `evomem demo`")[1].split("\n## ")[0]
+    assert "--tasks" in demo, "a delegated command shows the options of the parser it hands on to"
 
 
 def test_the_http_page_covers_every_route_and_schema() -> None:
