@@ -24,8 +24,13 @@ DOCS = ROOT / "docs"
 RESULTS = ROOT / "bench" / "results.json"
 QUALITY_PLOT = ROOT / "bench" / "quality.png"
 
-if str(ROOT) not in sys.path:  # MkDocs loads this file by path; evomem and bench live beside it
-    sys.path.insert(0, str(ROOT))
+
+def _checkout_importable() -> None:
+    """bench/ is not installed: the checkout's root goes on sys.path when pages are made (MkDocs
+    restores sys.path after loading a hook, so doing it at import time would not last)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+
 
 #: The section tags of ``Settings`` fields, in the order the settings page shows them.
 SECTIONS = (
@@ -208,6 +213,7 @@ def _delegated_parser(parser: argparse.ArgumentParser, path: str) -> argparse.Ar
         return parser
     import importlib
 
+    _checkout_importable()
     real = argparse.ArgumentParser(
         prog=path, formatter_class=lambda prog: argparse.HelpFormatter(prog, width=96)
     )
@@ -865,6 +871,7 @@ def extend_nav(nav: list[Any], docs: Path = DOCS) -> None:
 
 def generated_pages() -> dict[str, str | bytes]:
     """Every generated file of the site, by its path under docs/."""
+    _checkout_importable()
     pages: dict[str, str | bytes] = {
         "reference/settings.md": settings_page(),
         "reference/cli.md": cli_page(),
