@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         "cluster",
         {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
             "command": "make bench-cluster",
             "options": options,
             "machine": machine_info(),

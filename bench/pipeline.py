@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import merge_results
+from bench.common import machine_info, merge_results
 from evomem import Memory, keys
 from evomem.adapters.redis.connection import Client, EmbeddedRedis, connect
 from evomem.adapters.redis.graph import RedisGraphStore
@@ -168,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
     counts = [int(x) for x in args.processes.split(",") if x.strip()]
     out: dict[str, Any] = {
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(["python -m bench.pipeline", *sys.argv[1:]]),
+        "machine": machine_info(),
         "cores": os.cpu_count(),
         "quick": bool(args.quick),
     }

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import merge_results
+from bench.common import machine_info, merge_results
 from evomem import keys
 from evomem.adapters.redis.connection import EmbeddedRedis, connect
 from evomem.adapters.redis.namespace_settings import NamespaceSettings
@@ -120,6 +120,7 @@ def main() -> dict[str, Any]:
     out["pulls_in"] = {d: importlib.metadata.version(d) for d in deps if _installed(d)}
     out["note"] = "one process on a shared 2-core machine; compare within this run"
     out["date"] = time.strftime("%Y-%m-%d")
+    out["machine"] = machine_info()
     return out
 
 
