@@ -397,9 +397,12 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 
 
 def cmd_settings(args: argparse.Namespace) -> int:
-    """Settings a namespace overrides (λ, budget, scoring, archive policy and ratio, k, hops)."""
+    """``show``: every setting's effective value and its source; ``set``/``unset``/``overrides``: the
+    settings a namespace overrides (λ, budget, scoring, archive policy and ratio, k, hops)."""
     from evomem.settings import OVERRIDABLE
 
+    if args.action == "show":
+        return _show_settings(args)
     with _open() as mem:
         store = mem.namespace_settings
         if args.action == "set":
@@ -431,6 +434,36 @@ def cmd_settings(args: argparse.Namespace) -> int:
                 f"top_k={effective.top_k} hops={effective.hops} scoring={effective.scoring} "
                 f"archive_policy={effective.archive_policy} archive_ratio={effective.archive_ratio}"
             )
+    return 0
+
+
+def _show_settings(args: argparse.Namespace) -> int:
+    """The effective settings, by section; a namespace's overrides need the store, the rest not."""
+    import os
+
+    from evomem.settings import SECTION_TITLES, effective_values
+
+    settings = Settings()
+    overrides = None
+    if args.namespace:
+        with _open() as mem:
+            overrides = mem.namespace_settings.get(args.namespace)
+    values = effective_values(settings, os.environ, overrides, args.namespace)
+    if args.json:
+        sections: dict[str, dict[str, Any]] = {}
+        for v in values:
+            entry = {"env": v.env, "value": v.value, "source": v.source}
+            sections.setdefault(v.section, {})[v.name] = entry
+        _out({"namespace": args.namespace, "sections": sections})
+        return 0
+    width = max(len(v.env) for v in values)
+    section = None
+    for v in values:
+        if v.section != section:
+            section = v.section
+            print(("" if v is values[0] else "\n") + SECTION_TITLES[section])
+        shown = "(unset)" if v.value is None else str(v.value)
+        print(f"  {v.env:<{width}}  {shown:<28} {v.source}")
     return 0
 
 
@@ -643,9 +676,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_tokens)
 
     sp = sub.add_parser(
-        "settings", help="per-namespace settings: show [NS], set NS NAME=VALUE..., unset NS [NAME...]"
+        "settings",
+        help="show [NS]: every setting's value and source; set NS NAME=VALUE..., unset NS [NAME...], "
+        "overrides [NS]: what namespaces override",
     )
-    sp.add_argument("action", nargs="?", choices=["show", "set", "unset"], default="show")
+    sp.add_argument("action", nargs="?", choices=["show", "set", "unset", "overrides"], default="show")
     sp.add_argument("namespace", nargs="?")
     sp.add_argument("values", nargs="*", help="set: lambda=2 budget=5 ...; unset: names (none: all)")
     sp.add_argument("--json", action="store_true")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -421,6 +422,49 @@ def env_names(name: str) -> tuple[str, ...]:
     return (f"EVOMEM_{name.upper()}",)
 
 
+@dataclass(frozen=True, slots=True)
+class SettingValue:
+    """One setting's effective value and where it came from, as ``evomem settings show`` prints it."""
+
+    name: str
+    section: str
+    env: str
+    value: Any  # a secret's is "********" when set
+    source: str  # "default" | "environment (NAME)" | "namespace NS"
+
+
+def effective_values(
+    settings: Settings,
+    environ: Mapping[str, str],
+    overrides: NamespaceOverrides | None = None,
+    namespace: str | None = None,
+) -> list[SettingValue]:
+    """Every setting of ``settings`` (those a namespace overrides replaced), section by section, with
+    its source. ``environ`` is what ``settings`` was read from; pydantic matches names in any case."""
+    upper = {k.upper(): k for k in environ}
+    by_namespace = overrides.set_fields() if overrides is not None else {}
+    out: list[SettingValue] = []
+    for section in SECTIONS:
+        for name, field in Settings.model_fields.items():
+            if section_of(name) != section:
+                continue
+            names = env_names(name)
+            value = getattr(settings, name)
+            given = next((upper[n] for n in names if n in upper), None)
+            if name in by_namespace:
+                value, source = by_namespace[name], f"namespace {namespace}"
+            elif given is not None:
+                source = f"environment ({given})"
+            elif value != field.default:
+                source = "code"  # Settings(...) built with it
+            else:
+                source = "default"
+            if isinstance(value, SecretStr):
+                value = "********"
+            out.append(SettingValue(name, section, names[0], value, source))
+    return out
+
+
 class NamespaceOverrides(BaseModel):
     """What a namespace may set for itself, with the same bounds as the global settings."""
 
@@ -460,7 +504,9 @@ __all__ = [
     "OperationsMode",
     "RulesCredit",
     "Scoring",
+    "SettingValue",
     "Settings",
+    "effective_values",
     "env_names",
     "section_of",
 ]

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from evomem.settings import SECTION_TITLES, SECTIONS, Settings, env_names, section_of
+from evomem.settings import (
+    SECTION_TITLES,
+    SECTIONS,
+    NamespaceOverrides,
+    Settings,
+    effective_values,
+    env_names,
+    section_of,
+)
 
 
 def test_every_section_has_a_title_and_a_field() -> None:
@@ -37,3 +45,17 @@ def test_a_section_view_reads_the_same_values_and_cannot_be_written(monkeypatch:
         settings.section("nowhere")
     views = [settings.section(s) for s in SECTIONS]
     assert sum(len(v) for v in views) == len(Settings.model_fields)
+
+
+def test_effective_values_say_where_each_value_came_from() -> None:
+    environ = {"EVOMEM_HOPS": "2", "openai_api_key": "sk-secret"}
+    settings = Settings.model_validate({"hops": 2, "llm_api_key": "sk-secret", "budget": 9})
+    overrides = NamespaceOverrides.model_validate({"lambda": 3.0})
+    values = {v.name: v for v in effective_values(settings, environ, overrides, "fever")}
+    assert list(values) == [n for s in SECTIONS for n in Settings.model_fields if section_of(n) == s]
+    assert values["hops"].source == "environment (EVOMEM_HOPS)" and values["hops"].value == 2
+    assert values["llm_api_key"].source == "environment (openai_api_key)"
+    assert values["llm_api_key"].value == "********"
+    assert values["lambda_"].source == "namespace fever" and values["lambda_"].value == 3.0
+    assert values["lambda_"].env == "EVOMEM_LAMBDA"
+    assert values["budget"].source == "code" and values["top_k"].source == "default"
