@@ -348,7 +348,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         from evomem.mcp import server
     except ImportError as exc:
         raise CommandError(
-            f"evomem mcp needs the mcp extra: pip install 'evomem[mcp]' ({exc.name} is missing)"
+            f"evomem mcp needs the mcp extra: pip install 'evograph-mem[mcp]' ({exc.name} is missing)"
         ) from None
     overrides: dict[str, Any] = {}
     if args.host:
@@ -583,6 +583,13 @@ def _find_checkout() -> None:
     )
 
 
+def _version() -> str:
+    """The installed distribution's version (evograph-mem), as ``evomem.__version__`` has it."""
+    from evomem import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="evomem",
@@ -591,6 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-level", default="WARNING", type=str.upper, choices=LOG_LEVELS)
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    p.add_argument("--version", action="version", version=f"evomem {_version()}", help="print the version")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for name, module, help_ in (
