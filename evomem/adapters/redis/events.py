@@ -15,7 +15,7 @@ from evomem.adapters.redis.connection import Client, durable, is_cluster, mapped
 from evomem.core.editing import event_digest
 from evomem.core.ports import Entry
 from evomem.errors import InvalidEventError, StoreError, TransientError
-from schemas import TaskEvent
+from schemas import ControlRequest, TaskEvent
 
 # Checks that every insight the event names exists in its namespace and that its event id was not
 # applied or decided before for other content (ARGV[2], the event's digest); returns the first
@@ -48,6 +48,8 @@ def _s(v: Any) -> str:
 
 def _entry(entry_id: Any, fields: Any) -> Entry:
     raw = fields.get(b"event") if fields else None
+    if raw is None and fields and b"control" in fields:
+        return Entry(_s(entry_id), fields[b"control"], 1, None, "control")
     missing = tuple(_s(k) for k in fields) if fields and raw is None else None
     return Entry(_s(entry_id), raw, 1, missing)
 
@@ -110,6 +112,15 @@ class EventStream:
             )
             raise InvalidEventError(field, f"no insight {bad!r} in namespace {event.namespace!r}")
         return res[3:]
+
+    def publish_control(self, request: ControlRequest) -> str:
+        """Append an operator's request as one entry with the field ``control``."""
+        try:
+            entry_id = _s(self.r.xadd(self.stream, {"control": request.model_dump_json()}))
+            durable(self.r, [self.stream], self.wait_replicas, self.wait_timeout_ms)
+        except TransientError as exc:
+            raise TransientError("redis unreachable; the request was not published") from exc
+        return entry_id
 
     def publish_raw(self, document: str | bytes) -> str:
         """Append a document as it is, unvalidated (what a foreign publisher's XADD does)."""
