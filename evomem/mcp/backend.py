@@ -70,6 +70,7 @@ class EditOut(BaseModel):
     at: str
     event_id: str
     new_id: str | None = None
+    note: str | None = None
 
 
 class InsightOut(BaseModel):
@@ -257,6 +258,7 @@ def _edit(h: Any) -> EditOut:
         at=get("at"),
         event_id=get("event_id"),
         new_id=get("new_id"),
+        note=get("note"),
     )
 
 

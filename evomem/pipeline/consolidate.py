@@ -34,9 +34,10 @@ from evomem.core.ports import (
     Entry,
     EventKey,
     EventLog,
+    GraphReader,
     StoredDecision,
 )
-from evomem.errors import InvalidEventError, TransientError, reason_of
+from evomem.errors import InvalidEventError, NotFoundError, TransientError, reason_of
 from evomem.logs import get_logger
 from evomem.ops import tracing
 from evomem.settings import Settings
@@ -114,6 +115,22 @@ def apply_control(graph: ControlStore, request: ControlRequest) -> ControlResult
         applied = graph.applied_events(ns, ids)
         events = [applied[i] for i in ids if i in applied]
     return graph.apply_control(plan_control(request, events, utcnow()))
+
+
+def check_target(graph: GraphReader, request: ControlRequest) -> None:
+    """Refuse, before it is published, a request whose insight or event the namespace does not
+    hold (``NotFoundError``): a revert names an event whose edits are applied already."""
+    ns = request.namespace
+    if (
+        request.insight_id is not None
+        and graph.namespace_of([request.insight_id]).get(request.insight_id) != ns
+    ):
+        raise NotFoundError(f"no insight {request.insight_id!r} in namespace {ns!r}")
+    if request.event_id is not None and not graph.is_applied(ns, request.event_id):
+        raise NotFoundError(
+            f"no applied event {request.event_id!r} in namespace {ns!r} "
+            "(an event is reverted once it is consolidated)"
+        )
 
 
 class Consolidator:
@@ -473,4 +490,4 @@ class Consolidator:
             report.decisions[(o.op, o.outcome)] += 1
 
 
-__all__ = ["ConsolidationReport", "Consolidator", "apply_control"]
+__all__ = ["ConsolidationReport", "Consolidator", "apply_control", "check_target"]

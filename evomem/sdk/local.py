@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import contextlib
+import getpass
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -20,11 +22,11 @@ from evomem.errors import (
     TransientError,
 )
 from evomem.ops import tracing
-from evomem.pipeline.consolidate import ConsolidationReport, Consolidator
+from evomem.pipeline.consolidate import ConsolidationReport, Consolidator, check_target
 from evomem.pipeline.project import FollowerState, Projector
 from evomem.pipeline.retrieve import Retrieval, Retriever
 from evomem.runtime import Runtime, open_runtime
-from evomem.sdk.calls import build_event, check_retrieve_args
+from evomem.sdk.calls import build_control, build_event, check_retrieve_args
 from evomem.settings import Settings
 from schemas import InsightNode, TaskEvent
 
@@ -41,6 +43,14 @@ def _inputs() -> Iterator[None]:
         raise
     except RecursionError:
         raise InvalidEventError("event", "nested too deeply") from None
+
+
+def _operator() -> str:
+    """Who asks, when the caller does not say: the user running this process."""
+    try:
+        return f"local:{getpass.getuser()}"[:128]
+    except Exception:  # no user name in this environment (a container without one)
+        return "local"
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +236,72 @@ class LocalMemory:
             )
         except StoreError:
             raise missing from None  # a key of another kind under this name: no insight has this id
+
+    # -- the operator's calls: undo and protect (evomem.core.lifecycle) -------------------------------
+    def revert(
+        self,
+        event_id: str | None = None,
+        *,
+        namespace: str = "default",
+        insight_id: str | None = None,
+        since: datetime | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Undo an event's edits (or, with ``insight_id``, its edits of that insight), or every edit
+        of the namespace since a time, as new edits; returns the request id at once, applied with
+        the events (``consolidate``). The same request id twice is one revert."""
+        return self._control(
+            "revert", namespace, by, reason, request_id, event_id=event_id, insight_id=insight_id, since=since
+        )
+
+    def pin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Keep an insight as it is: no verdict archives or revises it (they still record evidence).
+        Returns the request id at once; applied with the events (``consolidate``)."""
+        return self._control("pin", namespace, by, reason, request_id, insight_id=insight_id)
+
+    def unpin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return self._control("unpin", namespace, by, reason, request_id, insight_id=insight_id)
+
+    def _control(
+        self,
+        action: str,
+        namespace: str | None,
+        by: str | None,
+        reason: str | None,
+        request_id: str | None,
+        **target: Any,
+    ) -> str:
+        with _inputs():
+            if namespace is None:  # pin / unpin: the insight's own namespace
+                insight_id = target["insight_id"]
+                found = self.runtime.graph.namespace_of([insight_id]) if isinstance(insight_id, str) else {}
+                if insight_id not in found:
+                    raise NotFoundError(f"no insight {insight_id!r}")
+                namespace = found[insight_id]
+            request = build_control(
+                action, namespace, by or _operator(), reason=reason, request_id=request_id, **target
+            )
+            check_target(self.runtime.graph, request)
+            self.runtime.events.publish_control(request)
+        return str(request.request_id)
 
     def insights(self, namespace: str, state: str | None = None) -> list[InsightNode]:
         """Every insight of a namespace (for inspection and export; not for the hot path)."""

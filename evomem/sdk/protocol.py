@@ -4,6 +4,7 @@ service). Neither imports the other; ``evomem.sdk.Memory.open`` picks one."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -40,6 +41,38 @@ class MemoryClient(Protocol):
     def consolidate(self, max_events: int | None = None) -> ConsolidationReport: ...
 
     def insight(self, insight_id: str, namespace: str | None = None) -> InsightLike: ...
+
+    def revert(
+        self,
+        event_id: str | None = None,
+        *,
+        namespace: str = "default",
+        insight_id: str | None = None,
+        since: datetime | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    def pin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    def unpin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
 
     def close(self) -> None: ...
 

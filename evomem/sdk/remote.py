@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -22,7 +23,7 @@ from evomem.errors import (
 from evomem.ops import tracing
 from evomem.pipeline.consolidate import ConsolidationReport
 from evomem.pipeline.retrieve import Retrieval
-from evomem.sdk.calls import build_event, check_retrieve_args
+from evomem.sdk.calls import build_control, build_event, check_retrieve_args
 from evomem.settings import Settings
 from schemas import InsightNode, TaskEvent
 
@@ -138,6 +139,72 @@ class RemoteMemory:
         if namespace is not None and view.node.namespace != namespace:
             raise NotFoundError(f"no insight {insight_id!r} in namespace {namespace!r}")
         return view
+
+    # -- the operator's calls (the service says who asks: the token's name) ----------------------------
+    def revert(
+        self,
+        event_id: str | None = None,
+        *,
+        namespace: str = "default",
+        insight_id: str | None = None,
+        since: datetime | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        build_control(  # the same refusals as the local memory, before the round trip
+            "revert",
+            namespace,
+            by or "remote",
+            event_id=event_id,
+            insight_id=insight_id,
+            since=since,
+            reason=reason,
+            request_id=request_id,
+        )
+        body = {
+            "namespace": namespace,
+            "event_id": event_id,
+            "insight_id": insight_id,
+            "since": since.isoformat() if since is not None else None,
+            "reason": reason,
+            "request_id": request_id,
+        }
+        doc = self._call("POST", "/v1/revert", json.dumps({k: v for k, v in body.items() if v is not None}))
+        return str(doc["request_id"])
+
+    def pin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return self._pin("pin", insight_id, namespace, reason, request_id)
+
+    def unpin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return self._pin("unpin", insight_id, namespace, reason, request_id)
+
+    def _pin(
+        self, action: str, insight_id: str, namespace: str | None, reason: str | None, request_id: str | None
+    ) -> str:
+        if namespace is not None:
+            self.insight(insight_id, namespace)  # NotFoundError unless it is an insight of that namespace
+        if not isinstance(insight_id, str) or not insight_id:
+            raise NotFoundError(f"no insight {insight_id!r}")
+        body = {k: v for k, v in {"reason": reason, "request_id": request_id}.items() if v is not None}
+        path = f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}/{action}"
+        return str(self._call("POST", path, json.dumps(body))["request_id"])
 
     def lineage(self, insight_id: str) -> list[dict[str, Any]]:
         path = f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}/lineage"

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
 from schemas import InsightNode, TaskEvent
-from schemas.models import Namespace
+from schemas.models import MAX_INSIGHT_CHARS, Namespace, NodeId
 
 
 class _Body(BaseModel):
@@ -72,6 +74,9 @@ class EditRecordBody(_Body):
     query_id: str
     decided_by: str
     at: str
+    note: str | None = Field(
+        None, description='an operator\'s edit: "reverted <edit> by <who>", "pinned by <who>"'
+    )
 
 
 class InsightResponse(_Body):
@@ -90,6 +95,34 @@ class LineageEntry(_Body):
 class LineageResponse(_Body):
     id: str
     lineage: list[LineageEntry]
+
+
+class RevertRequest(_Body):
+    """Undo an event's edits (with ``insight_id``: only its edits of that insight), or every edit of
+    the namespace applied since a time. Nothing is deleted: the inverse edits are applied."""
+
+    namespace: Namespace = "default"
+    event_id: NodeId | None = None
+    insight_id: NodeId | None = None
+    since: datetime | None = Field(None, description="RFC 3339 with a time zone")
+    reason: Annotated[str, Field(max_length=MAX_INSIGHT_CHARS)] | None = None
+    request_id: uuid.UUID | None = Field(
+        None, description="made by the client: the same id twice is one request"
+    )
+
+
+class PinRequest(_Body):
+    reason: Annotated[str, Field(max_length=MAX_INSIGHT_CHARS)] | None = None
+    request_id: uuid.UUID | None = Field(
+        None, description="made by the client: the same id twice is one request"
+    )
+
+
+class ControlAccepted(_Body):
+    request_id: str
+    entry_id: str = Field(
+        description="the request's entry on the event stream, applied in order with the events"
+    )
 
 
 class ErrorBody(_Body):
@@ -130,7 +163,7 @@ class RouteSpec:
 ERROR_TEXT: dict[int, str] = {
     401: "no or unknown token",
     403: "the token may not use this namespace; or, without tokens, a request from another origin or host",
-    404: "no such insight",
+    404: "no such insight (or, for a revert, no applied event of that id)",
     408: "the body came too slowly",
     413: "the body is larger than EVOMEM_HTTP_MAX_BODY_BYTES",
     415: "the body is not JSON",
@@ -174,6 +207,36 @@ ROUTES: tuple[RouteSpec, ...] = (
         "the revision chain through an insight",
         response=LineageResponse,
         errors=(401, 403, 404, 503),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/revert",
+        "revert",
+        "undo an event's edits, or every edit of a namespace since a time, as new edits",
+        status=202,
+        request=RevertRequest,
+        response=ControlAccepted,
+        errors=(401, 403, 404, 408, 413, 415, 422, 503),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/insights/{id}/pin",
+        "pin",
+        "keep an insight as it is: no verdict archives or revises it",
+        status=202,
+        request=PinRequest,
+        response=ControlAccepted,
+        errors=(401, 403, 404, 408, 413, 415, 422, 503),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/insights/{id}/unpin",
+        "unpin",
+        "let verdicts archive or revise a pinned insight again",
+        status=202,
+        request=PinRequest,
+        response=ControlAccepted,
+        errors=(401, 403, 404, 408, 413, 415, 422, 503),
     ),
     RouteSpec(
         "GET",
@@ -237,13 +300,16 @@ def openapi(routes: tuple[RouteSpec, ...] = ROUTES) -> dict[str, Any]:
 
 __all__ = [
     "ROUTES",
+    "ControlAccepted",
     "ErrorBody",
     "EventAccepted",
     "HealthResponse",
     "InsightResponse",
     "LineageResponse",
+    "PinRequest",
     "RetrieveRequest",
     "RetrieveResponse",
+    "RevertRequest",
     "RouteSpec",
     "ServedInsight",
     "openapi",

@@ -13,20 +13,25 @@ from typing import Any
 from evomem.core.ports import EditRecord
 from evomem.errors import EvomemError, NotFoundError, StoreError, TransientError
 from evomem.logs import bind, get_logger
+from evomem.pipeline.consolidate import check_target
 from evomem.runtime import Runtime
+from evomem.sdk.calls import build_control
 from evomem.service.api import (
+    ControlAccepted,
     EventAccepted,
     InsightResponse,
     LineageEntry,
     LineageResponse,
+    PinRequest,
     RetrieveRequest,
     RetrieveResponse,
+    RevertRequest,
     ServedInsight,
     Staleness,
 )
 from evomem.service.auth import Principal, TokenAuth
 from evomem.service.metrics import Metrics
-from schemas import InsightNode, TaskEvent
+from schemas import ControlRequest, InsightNode, TaskEvent
 
 log = get_logger("evomem.service")
 
@@ -140,6 +145,26 @@ class RetrievalService:
             return _View(node, tuple(graph.lineage(insight_id)), tuple(graph.history(insight_id)))
         except StoreError:
             raise missing from None  # a key of another kind under this name: no insight has this id
+
+    # -- the operator's requests: revert, pin, unpin ---------------------------------------------------
+    def revert(self, principal: Principal, body: RevertRequest) -> ControlAccepted:
+        bind(namespace=body.namespace)
+        principal.check(body.namespace)
+        fields = body.model_dump(exclude={"namespace"})
+        return self._control(build_control("revert", body.namespace, principal.name, **fields))
+
+    def pin(self, principal: Principal, insight_id: str, body: PinRequest, action: str) -> ControlAccepted:
+        node = self._visible(principal, insight_id).node  # another tenant's insight: 404
+        fields = body.model_dump()
+        return self._control(
+            build_control(action, node.namespace, principal.name, insight_id=insight_id, **fields)
+        )
+
+    def _control(self, request: ControlRequest) -> ControlAccepted:
+        bind(request_id=str(request.request_id))
+        check_target(self.runtime.graph, request)
+        entry_id = self.runtime.events.publish_control(request)
+        return ControlAccepted(request_id=str(request.request_id), entry_id=entry_id)
 
     # -- health --------------------------------------------------------------------------------------
     def health(self) -> tuple[bool, dict[str, Any]]:

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from evomem import timings
 from evomem.logs import bind, bound, get_logger
-from evomem.service.api import ROUTES, RetrieveRequest, RouteSpec, openapi
+from evomem.service.api import ROUTES, PinRequest, RetrieveRequest, RevertRequest, RouteSpec, openapi
 from evomem.service.app import RetrievalService
 from evomem.service.auth import Principal
 from evomem.service.errors import (
@@ -85,6 +85,9 @@ class Api:
             "events": self._events,
             "insight": self._insight,
             "lineage": self._lineage,
+            "revert": self._revert,
+            "pin": self._pin,
+            "unpin": self._pin,
             "healthz": self._health,
             "metrics": self._metrics,
             "openapi": self._openapi_doc,
@@ -252,6 +255,27 @@ class Api:
         return _json(
             200, await _threaded(lambda: _dump(self.service.lineage(principal, insight_id)), call.record)
         )
+
+    async def _revert(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, body = call.principal, call.body
+
+        def work() -> bytes:
+            return _dump(self.service.revert(principal, RevertRequest.model_validate_json(body)))
+
+        return _json(202, await _threaded(work, call.record))
+
+    async def _pin(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, body = call.principal, call.body
+        insight_id = call.request.path_params["id"]
+        action = call.request.url.path.rsplit("/", 1)[-1]  # pin | unpin
+
+        def work() -> bytes:
+            request = PinRequest.model_validate_json(body or b"{}")
+            return _dump(self.service.pin(principal, insight_id, request, action))
+
+        return _json(202, await _threaded(work, call.record))
 
     async def _health(self, call: _Call) -> Response:
         healthy, body = await _threaded(self.service.health, call.record)

@@ -27,7 +27,8 @@ def revert(s: GraphStore, request_id: str | None = None, **target: object) -> tu
 
 def pin(s: GraphStore, insight_id: str, action: str = "pin") -> bool:
     r = apply_control(
-        s, ControlRequest(namespace=NS, action=action, by="ops", reason="known good", insight_id=insight_id)  # type: ignore[arg-type]
+        s,
+        ControlRequest(namespace=NS, action=action, by="ops", reason="known good", insight_id=insight_id),  # type: ignore[arg-type]
     )
     return r.changed
 
