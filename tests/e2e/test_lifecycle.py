@@ -16,6 +16,7 @@ from evomem import InvalidEventError, Memory, NotFoundError, Settings
 from evomem.sdk.remote import RemoteMemory
 from evomem.service.server import EvomemHTTPServer, build_server
 from tests.e2e.test_service import TOKENS, Client, _secret, close_clients
+from tests.e2e.test_tenancy import cli  # noqa: F401
 
 NS = "fleet"
 GOOD = ["Check the vehicle class in the registry first.", "Read the claim twice before you answer."]
@@ -176,3 +177,18 @@ def test_another_tenant_can_neither_revert_nor_pin(server: EvomemHTTPServer) -> 
         assert Client(server, token).call("POST", f"/v1/insights/{a}/pin", {})[0] == 401
     assert local.stream.info()["length"] == before  # nothing was published
     assert Client(server, "tok-alpha").call("POST", f"/v1/insights/{a}/pin", {})[0] == 202
+
+
+def test_revert_and_pin_from_the_command_line(memory: Memory, cli: Any) -> None:
+    a, _ = seed(memory)
+    bad = revise(memory, a, TASKS[0], "Trust the press release.")
+    memory.consolidate()
+    code, out = cli("revert", bad, "-n", NS, "--by", "ops", "--reason", "bad deployment")
+    assert code == 0 and uuid.UUID(out.strip())
+    assert cli("pin", a, "--reason", "verified")[0] == 0
+    assert cli("consolidate")[0] == 0
+    code, out = cli("inspect", a)
+    assert code == 0 and "[active, pinned," in out
+    assert f"reverted REVISE (revised) of event {bad} by ops: bad deployment" in out
+    code, out = cli("revert", "-n", NS, "--since", "2026-01-01T00:00:00")  # no zone
+    assert code != 0
