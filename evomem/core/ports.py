@@ -190,6 +190,7 @@ class EditRecord:
     decided_by: str
     at: str
     note: str | None = None  # a control edit's words: "reverted ... by ...", "pinned by ...: why"
+    undoes: str | None = None  # a REVERT: the outcome of the edit it undid (what an as-of read redoes)
 
 
 class EditStore(Protocol):

@@ -139,12 +139,22 @@ class LocalMemory:
 
     # -- the agent's calls -------------------------------------------------------------------
     def retrieve(
-        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        as_of: datetime | None = None,
     ) -> Retrieval:
-        """Insights for a task, ranked by support minus the conflict penalty (paper Eq. 2-10)."""
+        """Insights for a task, ranked by support minus the conflict penalty (paper Eq. 2-10). With
+        ``as_of``, what the memory as it stood then would have served (an audit read: nothing is
+        recorded, and its id cannot be reported on)."""
         check_retrieve_args(query, namespace, top_k, budget)
         with _inputs():
             self.runtime.quotas.charge_retrieval(namespace)
+            if as_of is not None:
+                return self.runtime.retrieve_as_of(query, namespace, as_of, top_k=top_k, budget=budget)
             return self.retriever.retrieve(query, namespace, top_k=top_k, budget=budget)
 
     def report(
@@ -216,8 +226,11 @@ class LocalMemory:
         while not self.runtime.projected_to_newest() and time.monotonic() < deadline:
             time.sleep(0.002)
 
-    def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:
-        """An insight with its evidence, state, version and revision lineage."""
+    def insight(
+        self, insight_id: str, namespace: str | None = None, *, as_of: datetime | None = None
+    ) -> InsightView:
+        """An insight with its evidence, state, version and revision lineage; with ``as_of``, as it
+        stood then (its history up to then; ``NotFoundError`` if it did not exist yet)."""
         missing = NotFoundError(
             f"no insight {insight_id!r}" + (f" in namespace {namespace!r}" if namespace else "")
         )
@@ -225,6 +238,9 @@ class LocalMemory:
             raise missing
         graph = self.runtime.graph
         try:
+            if as_of is not None:
+                with _inputs():
+                    return self._insight_as_of(insight_id, namespace, as_of, missing)
             node = graph.insights([insight_id]).get(insight_id)
             if node is None or (namespace is not None and node.namespace != namespace):
                 raise missing
@@ -236,6 +252,21 @@ class LocalMemory:
             )
         except StoreError:
             raise missing from None  # a key of another kind under this name: no insight has this id
+
+    def _insight_as_of(
+        self, insight_id: str, namespace: str | None, at: datetime, missing: NotFoundError
+    ) -> InsightView:
+        found = self.runtime.insight_as_of(insight_id, at)
+        if found is None or (namespace is not None and found[0].namespace != namespace):
+            raise missing
+        node, history = found
+        graph = self.runtime.graph
+        chain = graph.lineage(insight_id)
+        then = {i: n for i, n in graph.insights(chain).items() if n.created_at <= at}
+        edges = graph.edges_into(insight_id)
+        queries = graph.queries(node.namespace, {q for _, q in edges})
+        edges = [(a, q) for a, q in edges if q in queries and queries[q].created_at <= at]
+        return InsightView(node, tuple(i for i in chain if i in then), tuple(edges), tuple(history))
 
     # -- the operator's calls: undo and protect (evomem.core.lifecycle) -------------------------------
     def revert(

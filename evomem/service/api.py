@@ -77,6 +77,7 @@ class EditRecordBody(_Body):
     note: str | None = Field(
         None, description='an operator\'s edit: "reverted <edit> by <who>", "pinned by <who>"'
     )
+    undoes: str | None = Field(None, description="a REVERT: the outcome of the edit it undid")
 
 
 class InsightResponse(_Body):

@@ -18,6 +18,7 @@ from typing import Literal
 
 from pydantic import TypeAdapter
 
+from evomem.core.asof import Snapshot
 from evomem.core.editing import EditPlan, PlannedEdit, archive_threshold_reached
 from evomem.core.hashing import word_features
 from evomem.core.lifecycle import AppliedEdit, AppliedEvent, ControlPlan, ControlResult
@@ -405,6 +406,42 @@ class InMemoryGraphStore:
         ev.changed[edit.new_id] = 1
         return node
 
+    # -- a namespace as it stood at a time (evomem.core.asof) -----------------------------------------
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot, degree: int = 0) -> InMemoryGraphStore:
+        """A store holding one namespace's snapshot, every node announced on its change feed (a
+        projector then builds the read model of that time from it)."""
+        store = cls(degree)
+        ns = snapshot.namespace
+        for q, node in snapshot.queries.items():
+            query = _Query(node, version=1, supports=set(snapshot.supports[q]), harms=set(snapshot.harms[q]))
+            query.neighbours = dict(snapshot.neighbours.get(q, {}))
+            store._queries[(ns, q)] = query
+            store._feed("query", ns, q, 1)
+        words: Counter[int] = Counter()
+        for i, n in snapshot.insights.items():
+            store._insights[i] = _Insight(
+                id=i,
+                namespace=ns,
+                text=n.text,
+                state=n.state,
+                created_by_event=n.created_by_event,
+                created_at=n.created_at,
+                updated_at=n.updated_at,
+                positive=set(n.positive),
+                negative=set(n.negative),
+                inherits=set(snapshot.inherits.get(i, ())),
+                version=1,
+                revised_from=n.revised_from,
+                revised_to=n.revised_to,
+                pinned=n.pinned,
+            )
+            words.update(word_features(n.text))
+            store._feed("insight", ns, i, 1)
+        store._words[ns] = words
+        store._counted[ns] = len(snapshot.insights)
+        return store
+
     # -- control requests (evomem.core.lifecycle) ---------------------------------------------------
     def applied_events(self, namespace: str, event_ids: Collection[str]) -> dict[str, AppliedEvent]:
         with self._lock:
@@ -468,6 +505,7 @@ class InMemoryGraphStore:
                         plan.by,
                         at,
                         step.note,
+                        step.outcome,
                     )
                 )
             if plan.action in ("pin", "unpin"):

@@ -71,10 +71,10 @@ local function withdraw(id, q, negative, judged)
   end
 end
 
-local function record(op, outcome, insight_id, new_id, query_id, note)
+local function record(op, outcome, insight_id, new_id, query_id, note, undoes)
   local r = cjson.encode({event_id = plan.request_id, op = op, outcome = outcome,
     insight_id = insight_id, new_id = new_id, query_id = query_id, decided_by = plan.by, at = at,
-    note = note})
+    note = note, undoes = undoes or cjson.null})
   history(r)
   for _, hid in ipairs({insight_id, new_id}) do
     if hid ~= cjson.null then redis.call('RPUSH', k('ins.hist', hid), r) end
@@ -104,7 +104,7 @@ for _, step in ipairs(plan.steps) do
         touch(id, visible)
       end
     end
-    record('REVERT', 'reverted', step.insight_id, step.new_id, step.query_id, step.note)
+    record('REVERT', 'reverted', step.insight_id, step.new_id, step.query_id, step.note, step.outcome)
   end
 end
 
