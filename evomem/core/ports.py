@@ -80,6 +80,10 @@ class RetrievalRecord:
     insight_ids: tuple[str, ...]
     similar_scores: tuple[float, ...] = ()
     similarity: tuple[float, ...] = ()
+    #: for the audit of what was served and why: each served insight's (score, support, conflict),
+    #: and when (ISO 8601); empty in records written before they were kept
+    scores: tuple[tuple[float, int, int], ...] = ()
+    at: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ the retention window (``EVOMEM_AS_OF_WINDOW_S``), rolled back from now through t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -98,4 +99,81 @@ def snapshot_at(graph: SnapshotSource, namespace: str, at: datetime) -> Snapshot
     return Snapshot(namespace, at, insights, inherits, queries, supports, harms, neighbours)
 
 
-__all__ = ["SnapshotSource", "check_as_of", "insight_at", "snapshot_at"]
+@dataclass(frozen=True, slots=True)
+class SimilarQuery:
+    """A past query a retrieval found similar (Eq. 2), with its cosine to the task."""
+
+    id: str
+    text: str | None
+    similarity: float
+
+
+@dataclass(frozen=True, slots=True)
+class ServedRecord:
+    """An insight a retrieval served, with the terms of its score then."""
+
+    id: str
+    text: str | None
+    score: float | None
+    support: int | None
+    conflict: int | None
+    similarity: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalAudit:
+    """What a retrieval served and why: the task, when, Eq. 2's similar queries, the ranked insights."""
+
+    id: str
+    namespace: str
+    query: str
+    at: str | None
+    similar: tuple[SimilarQuery, ...]
+    insights: tuple[ServedRecord, ...]
+
+
+def audit_retrieval(graph: GraphReader, namespace: str, retrieval_id: str) -> RetrievalAudit | None:
+    """A retrieval by its id while its record is kept (``EVOMEM_RETRIEVAL_TTL_S``); None after."""
+    record = graph.load_retrieval(namespace, retrieval_id)
+    if record is None:
+        return None
+    queries = graph.queries(namespace, record.similar)
+    nodes = graph.insights(record.insight_ids)
+    scores: list[tuple[float, int, int] | None] = [*record.scores]
+    scores += [None] * (len(record.insight_ids) - len(scores))
+    similarity: list[float | None] = [*record.similarity]
+    similarity += [None] * (len(record.insight_ids) - len(similarity))
+    cosines = [*record.similar_scores] + [0.0] * (len(record.similar) - len(record.similar_scores))
+    return RetrievalAudit(
+        record.id,
+        namespace,
+        record.query,
+        record.at,
+        tuple(
+            SimilarQuery(q, queries[q].text if q in queries else None, w)
+            for q, w in zip(record.similar, cosines, strict=True)
+        ),
+        tuple(
+            ServedRecord(
+                i,
+                nodes[i].text if i in nodes else None,
+                sc[0] if sc else None,
+                sc[1] if sc else None,
+                sc[2] if sc else None,
+                sim,
+            )
+            for i, sc, sim in zip(record.insight_ids, scores, similarity, strict=True)
+        ),
+    )
+
+
+__all__ = [
+    "RetrievalAudit",
+    "ServedRecord",
+    "SimilarQuery",
+    "SnapshotSource",
+    "audit_retrieval",
+    "check_as_of",
+    "insight_at",
+    "snapshot_at",
+]

@@ -22,11 +22,12 @@ from evomem.errors import (
     TransientError,
 )
 from evomem.ops import tracing
+from evomem.pipeline.asof import RetrievalAudit, audit_retrieval
 from evomem.pipeline.consolidate import ConsolidationReport, Consolidator, check_target
 from evomem.pipeline.project import FollowerState, Projector
 from evomem.pipeline.retrieve import Retrieval, Retriever
 from evomem.runtime import Runtime, open_runtime
-from evomem.sdk.calls import build_control, build_event, check_retrieve_args
+from evomem.sdk.calls import build_control, build_event, check_namespace, check_retrieve_args
 from evomem.settings import Settings
 from schemas import InsightNode, TaskEvent
 
@@ -252,6 +253,17 @@ class LocalMemory:
             )
         except StoreError:
             raise missing from None  # a key of another kind under this name: no insight has this id
+
+    def retrieval(self, retrieval_id: str, namespace: str = "default") -> RetrievalAudit:
+        """What a retrieval served and why (its scores, the similar queries it used), by its id,
+        while its record is kept (``EVOMEM_RETRIEVAL_TTL_S``)."""
+        with _inputs():
+            found = audit_retrieval(self.runtime.graph, check_namespace(namespace), str(retrieval_id))
+        if found is None:
+            raise NotFoundError(
+                f"no retrieval {retrieval_id!r} in namespace {namespace!r} (or it has expired)"
+            )
+        return found
 
     def _insight_as_of(
         self, insight_id: str, namespace: str | None, at: datetime, missing: NotFoundError

@@ -8,6 +8,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, Self
 
+from evomem.pipeline.asof import RetrievalAudit
 from evomem.pipeline.consolidate import ConsolidationReport
 from evomem.pipeline.retrieve import Retrieval
 from schemas import InsightNode, TaskEvent
@@ -25,7 +26,13 @@ class InsightLike(Protocol):
 
 class MemoryClient(Protocol):
     def retrieve(
-        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        as_of: datetime | None = None,
     ) -> Retrieval: ...
 
     def report(
@@ -40,7 +47,11 @@ class MemoryClient(Protocol):
 
     def consolidate(self, max_events: int | None = None) -> ConsolidationReport: ...
 
-    def insight(self, insight_id: str, namespace: str | None = None) -> InsightLike: ...
+    def insight(
+        self, insight_id: str, namespace: str | None = None, *, as_of: datetime | None = None
+    ) -> InsightLike: ...
+
+    def retrieval(self, retrieval_id: str, namespace: str = "default") -> RetrievalAudit: ...
 
     def revert(
         self,

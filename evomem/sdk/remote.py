@@ -21,6 +21,7 @@ from evomem.errors import (
     TransientError,
 )
 from evomem.ops import tracing
+from evomem.pipeline.asof import RetrievalAudit, ServedRecord, SimilarQuery
 from evomem.pipeline.consolidate import ConsolidationReport
 from evomem.pipeline.retrieve import Retrieval
 from evomem.sdk.calls import build_control, build_event, check_retrieve_args
@@ -91,10 +92,22 @@ class RemoteMemory:
 
     # -- the same calls as Memory ----------------------------------------------------------------
     def retrieve(
-        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        as_of: datetime | None = None,
     ) -> Retrieval:
         check_retrieve_args(query, namespace, top_k, budget)
-        body = {"query": query, "namespace": namespace, "top_k": top_k, "budget": budget}
+        body = {
+            "query": query,
+            "namespace": namespace,
+            "top_k": top_k,
+            "budget": budget,
+            "as_of": as_of.isoformat() if as_of is not None else None,
+        }
         doc = self._call("POST", "/v1/retrieve", json.dumps({k: v for k, v in body.items() if v is not None}))
         insights = tuple(
             ScoredInsight(
@@ -132,13 +145,30 @@ class RemoteMemory:
         """Consolidation runs in the service's workers; nothing to do from a client."""
         return ConsolidationReport()
 
-    def insight(self, insight_id: str, namespace: str | None = None) -> RemoteInsight:
+    def insight(
+        self, insight_id: str, namespace: str | None = None, *, as_of: datetime | None = None
+    ) -> RemoteInsight:
         if not isinstance(insight_id, str) or not insight_id:
             raise NotFoundError(f"no insight {insight_id!r}")
-        view = RemoteInsight(self._call("GET", f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}"))
+        path = f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}"
+        if as_of is not None:
+            path += "?" + urllib.parse.urlencode({"as_of": as_of.isoformat()})
+        view = RemoteInsight(self._call("GET", path))
         if namespace is not None and view.node.namespace != namespace:
             raise NotFoundError(f"no insight {insight_id!r} in namespace {namespace!r}")
         return view
+
+    def retrieval(self, retrieval_id: str, namespace: str = "default") -> RetrievalAudit:
+        query = urllib.parse.urlencode({"namespace": namespace})
+        doc = self._call("GET", f"/v1/retrievals/{urllib.parse.quote(retrieval_id, safe='')}?{query}")
+        return RetrievalAudit(
+            doc["id"],
+            doc["namespace"],
+            doc["query"],
+            doc["at"],
+            tuple(SimilarQuery(**q) for q in doc["similar"]),
+            tuple(ServedRecord(**i) for i in doc["insights"]),
+        )
 
     # -- the operator's calls (the service says who asks: the token's name) ----------------------------
     def revert(

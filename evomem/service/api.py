@@ -29,6 +29,9 @@ class RetrieveRequest(_Body):
     namespace: Namespace = "default"
     top_k: Annotated[int, Field(ge=1, le=1000), BeforeValidator(_not_a_bool)] | None = None
     budget: Annotated[int, Field(ge=1, le=100), BeforeValidator(_not_a_bool)] | None = None
+    as_of: datetime | None = Field(
+        None, description="what the memory as it stood then would have served (RFC 3339 with a zone; audit)"
+    )
 
 
 class ServedInsight(_Body):
@@ -126,6 +129,30 @@ class ControlAccepted(_Body):
     )
 
 
+class SimilarQueryBody(_Body):
+    id: str
+    text: str | None
+    similarity: float
+
+
+class ServedRecordBody(_Body):
+    id: str
+    text: str | None
+    score: float | None
+    support: int | None
+    conflict: int | None
+    similarity: float | None
+
+
+class RetrievalAuditResponse(_Body):
+    id: str
+    namespace: str
+    query: str
+    at: str | None
+    similar: list[SimilarQueryBody]
+    insights: list[ServedRecordBody]
+
+
 class ErrorBody(_Body):
     error: str
     field: str | None = None
@@ -197,9 +224,9 @@ ROUTES: tuple[RouteSpec, ...] = (
         "GET",
         "/v1/insights/{id}",
         "insight",
-        "an insight with its evidence and history",
+        "an insight with its evidence and history (?as_of=: as it stood then)",
         response=InsightResponse,
-        errors=(401, 403, 404, 503),
+        errors=(401, 403, 404, 422, 503),
     ),
     RouteSpec(
         "GET",
@@ -208,6 +235,14 @@ ROUTES: tuple[RouteSpec, ...] = (
         "the revision chain through an insight",
         response=LineageResponse,
         errors=(401, 403, 404, 503),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/retrievals/{id}",
+        "retrieval",
+        "what a retrieval served and why (?namespace=, default 'default'), while its record is kept",
+        response=RetrievalAuditResponse,
+        errors=(401, 403, 404, 422, 503),
     ),
     RouteSpec(
         "POST",
@@ -308,6 +343,7 @@ __all__ = [
     "InsightResponse",
     "LineageResponse",
     "PinRequest",
+    "RetrievalAuditResponse",
     "RetrieveRequest",
     "RetrieveResponse",
     "RevertRequest",

@@ -85,6 +85,7 @@ class Api:
             "events": self._events,
             "insight": self._insight,
             "lineage": self._lineage,
+            "retrieval": self._retrieval,
             "revert": self._revert,
             "pin": self._pin,
             "unpin": self._pin,
@@ -245,8 +246,21 @@ class Api:
     async def _insight(self, call: _Call) -> Response:
         assert call.principal is not None
         principal, insight_id = call.principal, call.request.path_params["id"]
+        as_of = call.request.query_params.get("as_of")
         return _json(
-            200, await _threaded(lambda: _dump(self.service.insight(principal, insight_id)), call.record)
+            200,
+            await _threaded(lambda: _dump(self.service.insight(principal, insight_id, as_of)), call.record),
+        )
+
+    async def _retrieval(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, retrieval_id = call.principal, call.request.path_params["id"]
+        namespace = call.request.query_params.get("namespace", "default")
+        return _json(
+            200,
+            await _threaded(
+                lambda: _dump(self.service.retrieval(principal, retrieval_id, namespace)), call.record
+            ),
         )
 
     async def _lineage(self, call: _Call) -> Response:

@@ -9,7 +9,10 @@ from datetime import timedelta
 from evomem.core.ports import GraphStore
 from evomem.pipeline.consolidate import apply_control
 from schemas import ControlRequest
-from tests.contract.test_graph_contract import ADD, ARCHIVE, KEEP, NS, REVISE, T0, Graph, store  # noqa: F401
+from tests.contract import test_graph_contract
+from tests.contract.test_graph_contract import ADD, ARCHIVE, KEEP, NS, REVISE, T0, Graph
+
+store = test_graph_contract.store  # the same stores: in memory, Redis, Redis Cluster
 
 
 def revert(s: GraphStore, request_id: str | None = None, **target: object) -> tuple[int, int, bool]:

@@ -4,6 +4,7 @@ read after the memory has moved on, matches a snapshot taken at T; on one Redis 
 from __future__ import annotations
 
 import time
+import urllib.parse
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,12 @@ import pytest
 from evomem import InvalidEventError, Memory, NotFoundError, Settings
 from evomem.adapters.redis.connection import connect
 from evomem.adapters.redis.local_cluster import LocalCluster
+from evomem.service.server import EvomemHTTPServer
+from tests.e2e import test_lifecycle
 from tests.e2e.test_lifecycle import GOOD, NS, TASKS, revise, seed
+from tests.e2e.test_service import Client, _secret
+
+server = test_lifecycle.server  # a service with the tokens of tests/e2e/test_service.py
 
 
 def picture(mem: Memory, ids: list[str], at: datetime | None = None) -> dict[str, Any]:
@@ -94,3 +100,63 @@ def test_an_insight_that_did_not_exist_then_is_not_found(memory: Memory) -> None
         memory.insight(a, as_of=t)
     assert memory.retrieve(TASKS[0], NS, as_of=t).insights == ()
     assert memory.insight(a).text == GOOD[0]
+
+
+# -- over HTTP, and the audit of a retrieval ---------------------------------------------------------
+
+
+def test_as_of_and_the_audit_of_a_retrieval_over_http(server: EvomemHTTPServer, settings: Settings) -> None:
+    local = Memory(server.service.runtime)
+    a, _ = seed(local, "alpha")
+    client = Client(server, "tok-alpha")
+    status, served = client.call("POST", "/v1/retrieve", {"query": TASKS[0], "namespace": "alpha"})
+    assert status == 200 and served["insights"]
+    t = datetime.now(UTC)
+    time.sleep(0.01)
+    revise_in(local, "alpha", a)
+    local.consolidate()
+    status, then = client.call(
+        "POST", "/v1/retrieve", {"query": TASKS[0], "namespace": "alpha", "as_of": t.isoformat()}
+    )
+    assert status == 200
+    assert [(i["id"], i["text"]) for i in then["insights"]] == [
+        (i["id"], i["text"]) for i in served["insights"]
+    ]
+    status, node = client.call("GET", f"/v1/insights/{a}?" + urllib.parse.urlencode({"as_of": t.isoformat()}))
+    assert status == 200 and node["insight"]["state"] == "active" and node["insight"]["revised_to"] is None
+    assert [h["op"] for h in node["history"]] == ["ADD"]
+    # what the first retrieval served, and why
+    status, audit = client.call("GET", f"/v1/retrievals/{served['retrieval_id']}?namespace=alpha")
+    assert status == 200 and audit["query"] == TASKS[0] and audit["at"]
+    assert [(i["id"], i["score"], i["support"]) for i in audit["insights"]] == [
+        (i["id"], i["score"], i["support"]) for i in served["insights"]
+    ]
+    assert [q["id"] for q in audit["similar"]] == served["similar_queries"]
+    assert all(q["text"] for q in audit["similar"])
+    remote = Memory.open(settings.model_copy(update={"url": server.url, "token": _secret("tok-alpha")}))
+    with remote:
+        assert remote.retrieval(served["retrieval_id"], "alpha").insights[0].id == served["insights"][0]["id"]
+        assert remote.insight(a, as_of=t).state == "active"
+        assert [i.id for i in remote.retrieve(TASKS[0], "alpha", as_of=t).insights] == [
+            i["id"] for i in served["insights"]
+        ]
+    # another tenant reads nothing of it
+    beta = Client(server, "tok-beta")
+    asked = {"query": TASKS[0], "namespace": "alpha", "as_of": t.isoformat()}
+    assert beta.call("POST", "/v1/retrieve", asked)[0] == 403
+    assert beta.call("GET", f"/v1/insights/{a}?as_of={urllib.parse.quote(t.isoformat())}")[0] == 404
+    assert beta.call("GET", f"/v1/retrievals/{served['retrieval_id']}?namespace=alpha")[0] == 403
+    assert beta.call("GET", f"/v1/retrievals/{served['retrieval_id']}?namespace=beta")[0] == 404
+    assert (
+        Client(server, None).call("GET", f"/v1/retrievals/{served['retrieval_id']}?namespace=alpha")[0] == 401
+    )
+    assert client.call("GET", f"/v1/insights/{a}?as_of=yesterday")[0] == 422
+
+
+def revise_in(mem: Memory, ns: str, insight_id: str) -> None:
+    r = mem.retrieve(TASKS[0], ns)
+    mem.report(
+        r,
+        status="failed",
+        insight_feedback={insight_id: {"verdict": "partial", "revised_text": "Trust the press."}},
+    )

@@ -15,8 +15,10 @@ import redis
 from evomem import InvalidEventError, Memory, NotFoundError, Settings
 from evomem.sdk.remote import RemoteMemory
 from evomem.service.server import EvomemHTTPServer, build_server
+from tests.e2e import test_tenancy
 from tests.e2e.test_service import TOKENS, Client, _secret, close_clients
-from tests.e2e.test_tenancy import cli  # noqa: F401
+
+cli = test_tenancy.cli  # ``evomem ...`` in this process, on the test's stores
 
 NS = "fleet"
 GOOD = ["Check the vehicle class in the registry first.", "Read the claim twice before you answer."]
@@ -47,10 +49,10 @@ def test_a_reverted_revise_serves_the_old_text_again_with_lineage_intact(memory:
     a, _ = seed(memory)
     bad = revise(memory, a, TASKS[0], "Trust the press release.")
     memory.consolidate()
-    assert [t for _, t in served(memory)[0]][0] == "Trust the press release."
+    assert served(memory)[0][0][1] == "Trust the press release."
     request = memory.revert(bad, namespace=NS, by="ops", reason="bad model deployment")
     assert memory.consolidate().operations["REVERT"] == 1
-    assert [t for _, t in served(memory)[0]][0] == GOOD[0]
+    assert served(memory)[0][0][1] == GOOD[0]
     old = memory.insight(a)
     (new_id,) = old.lineage[1:]
     new = memory.insight(new_id)

@@ -355,6 +355,8 @@ class RedisGraphStore:
             "similar_scores": list(record.similar_scores),
             "insight_ids": list(record.insight_ids),
             "similarity": list(record.similarity),
+            "scores": [list(s) for s in record.scores],
+            "at": record.at,
         }
         self.r.set(keys.retrieval(record.namespace, record.id), json.dumps(doc), ex=ttl_s)
 
@@ -676,6 +678,8 @@ def _retrieval(namespace: str, retrieval_id: str, raw: bytes | str) -> Retrieval
         tuple(d["insight_ids"]),
         tuple(d.get("similar_scores") or ()),
         tuple(d.get("similarity") or ()),
+        tuple((float(s), int(p), int(c)) for s, p, c in d.get("scores") or ()),
+        d.get("at"),
     )
 
 
