@@ -166,7 +166,7 @@ class EventStream:
             self.stream, self.group, min=entries[0].id, max=entries[-1].id, count=len(entries) * 2
         )
         counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
-        return [Entry(e.id, e.raw, counts.get(e.id, 1), e.fields) for e in entries]
+        return [Entry(e.id, e.raw, counts.get(e.id, 1), e.fields, e.kind) for e in entries]
 
     def claim_stale(self, consumer: str, min_idle_ms: int, count: int) -> list[Entry]:
         """Take over entries that another consumer was given and has not acked for ``min_idle_ms``
@@ -233,6 +233,8 @@ class EventStream:
             "at": str(time.time()),
             "event": entry.raw if entry.raw is not None else b"",
         }
+        if entry.kind == "control":  # an operator's request: replayed as one
+            doc["kind"] = "control"
         # one MULTI on one server; on a cluster the two streams are in two slots, so the dead letter
         # goes first and the ack after: a process that dies in between leaves the entry pending,
         # to be dead-lettered again — never lost
@@ -270,15 +272,16 @@ class EventStream:
             document = items[0][1].get(b"event") if items else None
             if not document:
                 continue
+            field = "control" if items[0][1].get(b"kind") == b"control" else "event"
             # back on the stream (the bytes as they were, not a decoded copy) and out of the dead
             # letters: one MULTI on one server; on a cluster in that order, so a failure in between
             # leaves it in both, and applying it twice is a no-op
             if self.clustered:
-                new_id = self.r.xadd(self.stream, {"event": document})
+                new_id = self.r.xadd(self.stream, {field: document})
                 self.r.xdel(keys.DLQ_STREAM, dlq_id)
             else:
                 pipe = self.r.pipeline(transaction=True)
-                pipe.xadd(self.stream, {"event": document})
+                pipe.xadd(self.stream, {field: document})
                 pipe.xdel(keys.DLQ_STREAM, dlq_id)
                 new_id, _ = pipe.execute()
             new_ids.append(_s(new_id))
