@@ -31,7 +31,7 @@ from evomem.errors import ConfigError, EvomemError, StoreLockedError
 from evomem.logs import get_logger
 from evomem.mcp.backend import Backend, InsightOut, ReportOut, RetrieveOut, VerdictIn, describe
 from evomem.runfiles import service_url
-from evomem.sdk import LocalMemory, RemoteMemory
+from evomem.sdk import Memory, RemoteMemory
 from evomem.service.auth import OPEN, Principal, TokenAuth, Unauthorized
 from evomem.settings import Settings
 
@@ -214,9 +214,9 @@ def open_backend(settings: Settings) -> Backend:
     running service (``evomem up``), that service."""
     default = settings.mcp_namespace or "default"
     if settings.url is not None:
-        return Backend(RemoteMemory.open(settings), default)
+        return Backend(RemoteMemory.from_settings(settings), default)
     try:
-        memory = LocalMemory.open_local(settings)
+        memory = Memory.open_local(settings)
     except StoreLockedError:
         url = service_url(settings.data_dir)
         if url is None:
@@ -230,7 +230,7 @@ class LocalBackend(Backend):
     """On the local stores the server keeps the index in step and, unless told not to, consolidates
     what it is told in a thread of its own, so a desktop agent with no workers still learns."""
 
-    def __init__(self, memory: LocalMemory, default_namespace: str, *, consolidate: bool) -> None:
+    def __init__(self, memory: Memory, default_namespace: str, *, consolidate: bool) -> None:
         super().__init__(memory, default_namespace)
         self.local = memory
         memory.follow()

@@ -15,7 +15,7 @@ import redis
 
 from evomem import InvalidEventError, Memory, NotFoundError, Settings, StoreLockedError
 from evomem.adapters.redis.connection import EmbeddedRedis
-from evomem.sdk.remote import RemoteMemory
+from evomem.sdk import RemoteMemory
 from evomem.service.server import EvomemHTTPServer, build_server
 
 TOKENS = "tok-alpha=alpha;tok-beta=beta;tok-admin=*"
