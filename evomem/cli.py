@@ -346,7 +346,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_mcp(args: argparse.Namespace) -> int:
     """The Model Context Protocol server, over stdio (the default) or streamable HTTP."""
     try:
-        from evomem.mcp import server
+        from evomem.mcp import mcp_server as server
     except ImportError as exc:
         raise CommandError(
             f"evomem mcp needs the mcp extra: pip install 'evograph-mem[mcp]' ({exc.name} is missing)"

@@ -77,7 +77,7 @@ class _Served:
     insight_ids: tuple[str, ...]
 
 
-class Backend:
+class ToolBackend:
     """The three tools' work for a principal. Thread-safe: MCP runs synchronous tools in threads."""
 
     def __init__(self, memory: Memory, default_namespace: str = "default") -> None:
@@ -192,7 +192,7 @@ class Backend:
             return self._served.get(retrieval_id)
 
     def on_report(self) -> None:
-        """Called after each report; a local backend consolidates then (``LocalBackend``)."""
+        """Called after each report; a local backend consolidates then (``LocalToolBackend``)."""
 
     def close(self) -> None:
         self.memory.close()
@@ -231,10 +231,10 @@ def describe(exc: BaseException) -> str:
 
 
 __all__ = [
-    "Backend",
     "InsightOut",
     "ReportOut",
     "RetrieveOut",
+    "ToolBackend",
     "VerdictIn",
     "describe",
     "feedback_of",

@@ -96,3 +96,21 @@ def test_the_result_types_live_in_one_module() -> None:
         evomem.LineageStep,
     ):
         assert cls.__module__ == "evomem.results" and getattr(results, cls.__name__) is cls
+
+
+#: The same port implemented by two adapters (Redis and the in-memory reference) shares its name.
+SAME_PORT = {"events.py", "graph.py"}
+
+
+def test_no_two_modules_share_a_name() -> None:
+    """The same file name in two packages would be two things called alike (``__init__`` aside, and
+    a port's implementations side by side under ``evomem/adapters``)."""
+    where: dict[str, list[Path]] = {}
+    for top in ("evomem", "schemas", "workers"):
+        for path in (ROOT / top).rglob("*.py"):
+            if path.name != "__init__.py":
+                where.setdefault(path.name, []).append(path.relative_to(ROOT))
+    shared = {name: paths for name, paths in where.items() if len(paths) > 1}
+    for name in SAME_PORT & set(shared):
+        assert all(p.parts[:2] == ("evomem", "adapters") for p in shared.pop(name)), name
+    assert shared == {}
