@@ -34,15 +34,19 @@ class Memory:
 
     def __init__(self, backend: Backend | Runtime) -> None:
         self._stores: LocalBackend | None = None
-        if not isinstance(backend, RemoteBackend):
-            from evomem.sdk.local import LocalBackend  # the stores' clients, for a local memory only
+        self.backend: Backend
+        if isinstance(backend, RemoteBackend):
+            self.backend = backend
+            return
+        # the stores' clients are imported here, for a memory that is not a remote one only
+        from evomem import runtime
+        from evomem.sdk.local import LocalBackend
 
-            if isinstance(backend, LocalBackend):
-                self._stores = backend
-            elif not hasattr(backend, "retrieve"):  # the Runtime of the stores in this process
-                self._stores = LocalBackend(backend)
-                backend = self._stores
-        self.backend: Backend = backend  # type: ignore[assignment]  # a Runtime was wrapped above
+        if isinstance(backend, runtime.Runtime):
+            backend = LocalBackend(backend)
+        if isinstance(backend, LocalBackend):
+            self._stores = backend
+        self.backend = backend
 
     @classmethod
     def open(cls, settings: Settings | None = None, *, index: bool = True) -> Memory:
