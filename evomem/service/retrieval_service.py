@@ -11,18 +11,17 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from evomem.core.ports import EditRecord
 from evomem.errors import EvomemError, InvalidEventError, NotFoundError, StoreError, TransientError
 from evomem.logs import bind, get_logger
 from evomem.pipeline.asof import audit_retrieval
 from evomem.pipeline.consolidate import check_target
+from evomem.results import EditRecord, LineageStep
 from evomem.runtime import Runtime
 from evomem.sdk.calls import build_control, check_namespace
 from evomem.service.api import (
     ControlAccepted,
     EventAccepted,
     InsightResponse,
-    LineageEntry,
     LineageResponse,
     PinRequest,
     RetrievalAuditResponse,
@@ -137,11 +136,9 @@ class RetrievalService:
             return InsightResponse(
                 insight=node,
                 lineage=[i for i in view.lineage if i in then],
-                history=[asdict(h) for h in history],
+                history=list(history),
             )
-        return InsightResponse(
-            insight=view.node, lineage=list(view.lineage), history=[asdict(h) for h in view.history]
-        )
+        return InsightResponse(insight=view.node, lineage=list(view.lineage), history=list(view.history))
 
     def lineage(self, principal: Principal, insight_id: str) -> LineageResponse:
         view = self._visible(principal, insight_id)
@@ -149,7 +146,7 @@ class RetrievalService:
         return LineageResponse(
             id=insight_id,
             lineage=[
-                LineageEntry(id=n.id, text=n.text, state=n.state, version=n.version)
+                LineageStep(n.id, n.text, n.state, n.version)
                 for n in (nodes[i] for i in view.lineage if i in nodes)
             ],
         )
