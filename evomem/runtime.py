@@ -43,9 +43,9 @@ from evomem.core.hashing import HashingEmbedder
 from evomem.core.ports import EditRecord, Embedder, VectorIndex
 from evomem.errors import ConfigError, StoreLockedError, TransientError
 from evomem.logs import get_logger
-from evomem.pipeline.asof import check_as_of, insight_at, snapshot_at
 from evomem.pipeline.batches import BatchObserver, ConsolidationWorker
 from evomem.pipeline.consolidate import Consolidator
+from evomem.pipeline.lookback import check_as_of, insight_at, snapshot_at
 from evomem.pipeline.project import Follower, FollowerState, Projector
 from evomem.pipeline.retrieve import Retrieval, Retriever
 from evomem.runfiles import service_url
@@ -303,7 +303,7 @@ class Runtime:
         """Load an export (``evomem import``)."""
         return import_jsonl(self.redis, lines)
 
-    # -- as-of reads (evomem.pipeline.asof) ---------------------------------------------------------
+    # -- as-of reads (evomem.pipeline.lookback) ---------------------------------------------------------
     def retrieve_as_of(
         self, query: str, namespace: str, at: datetime, *, top_k: int | None = None, budget: int | None = None
     ) -> Retrieval:

@@ -243,6 +243,13 @@ class ControlRequest(_Strict):
     occurred_at: datetime = Field(default_factory=utcnow)
     schema_version: Literal[1] = SCHEMA_VERSION
 
+    @field_validator("since", "occurred_at", mode="before")
+    @classmethod
+    def _date_time_text(cls, value: Any) -> Any:
+        if isinstance(value, int | float):  # the JSON Schema says an RFC 3339 string, not Unix time
+            raise ValueError("must be an RFC 3339 date-time string")
+        return value
+
     @model_validator(mode="after")
     def _targets(self) -> ControlRequest:
         if self.action == "revert":

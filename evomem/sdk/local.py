@@ -22,8 +22,8 @@ from evomem.errors import (
     TransientError,
 )
 from evomem.ops import tracing
-from evomem.pipeline.asof import audit_retrieval
 from evomem.pipeline.consolidate import Consolidator, check_target
+from evomem.pipeline.lookback import audit_retrieval
 from evomem.pipeline.project import FollowerState, Projector
 from evomem.pipeline.retrieve import Retriever
 from evomem.results import ConsolidationReport, InsightView, LineageStep, Retrieval, RetrievalAudit

@@ -25,12 +25,21 @@ def _not_a_bool(value: Any) -> Any:
     return value
 
 
+def _a_time_text(value: Any) -> Any:
+    if isinstance(value, int | float):  # the schema says an RFC 3339 string; pydantic would take Unix time
+        raise ValueError("an RFC 3339 date-time string")
+    return value
+
+
+TimeText = Annotated[datetime, BeforeValidator(_a_time_text)]
+
+
 class RetrieveRequest(_Body):
     query: str = Field(min_length=1, max_length=8000)
     namespace: Namespace = "default"
     top_k: Annotated[int, Field(ge=1, le=1000), BeforeValidator(_not_a_bool)] | None = None
     budget: Annotated[int, Field(ge=1, le=100), BeforeValidator(_not_a_bool)] | None = None
-    as_of: datetime | None = Field(
+    as_of: TimeText | None = Field(
         None, description="what the memory as it stood then would have served (RFC 3339 with a zone; audit)"
     )
 
@@ -87,7 +96,7 @@ class RevertRequest(_Body):
     namespace: Namespace = "default"
     event_id: NodeId | None = None
     insight_id: NodeId | None = None
-    since: datetime | None = Field(None, description="RFC 3339 with a time zone")
+    since: TimeText | None = Field(None, description="RFC 3339 with a time zone")
     reason: Annotated[str, Field(max_length=MAX_INSIGHT_CHARS)] | None = None
     request_id: uuid.UUID | None = Field(
         None, description="made by the client: the same id twice is one request"

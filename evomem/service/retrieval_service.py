@@ -13,8 +13,8 @@ from typing import Any
 
 from evomem.errors import EvomemError, InvalidEventError, NotFoundError, StoreError, TransientError
 from evomem.logs import bind, get_logger
-from evomem.pipeline.asof import audit_retrieval
 from evomem.pipeline.consolidate import check_target
+from evomem.pipeline.lookback import audit_retrieval
 from evomem.results import EditRecord, LineageStep
 from evomem.runtime import Runtime
 from evomem.sdk.calls import build_control, check_namespace

@@ -18,7 +18,6 @@ from typing import Literal
 
 from pydantic import TypeAdapter
 
-from evomem.core.asof import Snapshot
 from evomem.core.editing import EditPlan, PlannedEdit, archive_threshold_reached
 from evomem.core.hashing import word_features
 from evomem.core.lifecycle import AppliedEdit, AppliedEvent, ControlPlan, ControlResult
@@ -36,6 +35,7 @@ from evomem.core.ports import (
     RetrievalRecord,
     StoredDecision,
 )
+from evomem.core.rollback import Snapshot
 from evomem.errors import InvalidEventError
 from schemas import InsightNode, QueryNode
 
@@ -406,7 +406,7 @@ class InMemoryGraphStore:
         ev.changed[edit.new_id] = 1
         return node
 
-    # -- a namespace as it stood at a time (evomem.core.asof) -----------------------------------------
+    # -- a namespace as it stood at a time (evomem.core.rollback) -----------------------------------------
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, degree: int = 0) -> InMemoryGraphStore:
         """A store holding one namespace's snapshot, every node announced on its change feed (a

@@ -1,14 +1,14 @@
 """As-of reads: an insight, or a whole namespace for a retrieval, as it stood at a time T within
 the retention window (``EVOMEM_AS_OF_WINDOW_S``), rolled back from now through the history
-(``evomem.core.asof``). Audit reads, not the hot path: a namespace's snapshot reads all its nodes."""
+(``evomem.core.rollback``). Audit reads, not the hot path: a namespace's snapshot reads all its nodes."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from evomem.core.asof import NodeAt, Snapshot, recorded_at, records_after, roll_back
 from evomem.core.ports import EditRecord, GraphReader, ProjectionSource, RetrievalGraph
+from evomem.core.rollback import NodeAt, Snapshot, recorded_at, records_after, roll_back
 from evomem.errors import InvalidEventError
 from evomem.results import RetrievalAudit, ServedRecord, SimilarQuery
 from schemas import InsightNode
