@@ -56,6 +56,35 @@ class Settings(BaseSettings):
         "saves its cursor only past what was flushed, so a killed process replays at most this much",
     )
 
+    # -- many tenants in one embedded store (docs/guides/tenancy.md) --
+    index_shared_shards: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="shards of the embedded store that hold the small namespaces' past queries, each "
+        "namespace in the one its name hashes to (fixed when the store is built)",
+    )
+    index_promote_at: int = Field(
+        1000,
+        ge=1,
+        description="past queries at which a namespace of the embedded store is moved to a shard of its "
+        "own, online (never back: queries are never deleted)",
+    )
+    index_open_shards: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="promoted namespaces' shards a process keeps open at once, the least recently used "
+        "closed (and opened again when next used)",
+    )
+    index_df_table: int = Field(
+        1_048_576,
+        ge=0,
+        le=1 << 30,
+        description="word counts (about 100 B each) a process keeps for the IDF of namespaces in shared "
+        "shards, the least recently used namespace's dropped first and read again from its points",
+    )
+
     top_k: int = Field(5, ge=1, le=1000, description="similar past queries per retrieval (k, Eq. 2)")
     hops: int = Field(1, ge=0, le=4, description="query-graph expansion depth (Eq. 3)")
     budget: int = Field(3, ge=1, le=100, description="insights served at most (B, Eq. 10)")
