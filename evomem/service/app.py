@@ -25,6 +25,7 @@ from evomem.service.api import (
     Staleness,
 )
 from evomem.service.auth import Principal, TokenAuth
+from evomem.service.connections import connection_counts
 from evomem.service.metrics import Metrics
 from schemas import InsightNode, TaskEvent
 
@@ -89,7 +90,7 @@ class RetrievalService:
             "evomem_process_connections",
             "Connections each retrieval process was handed (evomem serve --workers) or holds open.",
             "process",
-            connection_counts,
+            lambda: connection_counts(runtime.settings.data_dir),
         )
 
     # -- retrieval, failing open -----------------------------------------------------------------

@@ -53,7 +53,9 @@ class Metrics:
     def gauge(self, name: str, help_: str, read: Callable[[], float]) -> None:
         Gauge(name, help_, registry=self.registry).set_function(read)
 
-    def labelled_gauges(self, name: str, help_: str, label: str, read: Callable[[], dict[str, float]]) -> None:
+    def labelled_gauges(
+        self, name: str, help_: str, label: str, read: Callable[[], dict[str, float]]
+    ) -> None:
         """A gauge per value of ``label``, all read at scrape time by one call of ``read``."""
         self.registry.register(_LabelledGauges(name, help_, label, read))
 
