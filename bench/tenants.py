@@ -182,7 +182,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--sample", type=int, default=1_000, help="tasks retrieved again after consolidation")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 500 tasks, 1/10/100/500 namespaces")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: 500 tasks, 1/10/100/500 namespaces"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 unless issue 36's acceptance holds")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a spread, in this process

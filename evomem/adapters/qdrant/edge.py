@@ -127,12 +127,17 @@ def namespace_dir_name(namespace: str) -> str:
     return hashlib.sha256(namespace.encode()).hexdigest()[:32]
 
 
-def _idf(total: int, df: int) -> float:
-    """Qdrant's IDF of a dimension held by ``df`` of ``total`` points, as the engine computes it
-    (in f32): ln((N - n + 0.5) / (n + 0.5) + 1)."""
-    n, d = np.float32(total), np.float32(df)
-    half, one = np.float32(0.5), np.float32(1.0)
-    return float(np.log((n - d + half) / (d + half) + one))
+_HALF, _ONE = np.float32(0.5), np.float32(1.0)
+
+
+def idf_weighted(vector: dict[int, float], total: int, df: dict[int, int]) -> dict[int, float]:
+    """``vector``'s weights times Qdrant's IDF of each dimension, held by ``df[d]`` of ``total``
+    points, as the engine's modifier computes it (in f32): ln((N - n + 0.5) / (n + 0.5) + 1)."""
+    dims = list(vector)
+    n = np.fromiter((df.get(d, 0) for d in dims), dtype=np.float32, count=len(dims))
+    idf = np.log((np.float32(total) - n + _HALF) / (n + _HALF) + _ONE)
+    weights = np.fromiter(vector.values(), dtype=np.float32, count=len(dims)) * idf
+    return dict(zip(dims, weights.tolist(), strict=True))
 
 
 class _Counts:
@@ -466,8 +471,7 @@ class EdgeIndex:
             return vector
         assert isinstance(vector, dict)
         counts = self._namespace_counts(namespace, shard)
-        total, df = counts.points, counts.df
-        return {d: float(np.float32(w) * np.float32(_idf(total, df.get(d, 0)))) for d, w in vector.items()}
+        return idf_weighted(vector, counts.points, counts.df)
 
     @staticmethod
     def _index_fields(shard: Any, indexes: Sequence[tuple[str, str]], held: set[str]) -> None:
