@@ -11,6 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip uninstall --quiet --yes evomem 2>/dev/null || true  # the distribution's old name
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -102,7 +103,7 @@ down: install            ## stop what `make up` started
 	$(BIN)/evomem down
 
 schemas: install         ## re-export the JSON Schemas of the wire contracts
-	$(BIN)/python -m schemas.export
+	$(BIN)/python -m schemas.json_export
 
 clean:
 	rm -rf $(VENV) .evomem .pytest_cache .mypy_cache .ruff_cache site

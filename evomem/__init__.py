@@ -1,6 +1,7 @@
 """evomem: failure-aware editable graph memory for fleets of LLM agents."""
 
-from evomem.core.retrieval import ScoredInsight
+import importlib.metadata as _metadata
+
 from evomem.errors import (
     ConfigError,
     EvomemError,
@@ -11,20 +12,31 @@ from evomem.errors import (
     StoreLockedError,
     TransientError,
 )
-from evomem.pipeline.consolidate import ConsolidationReport
-from evomem.pipeline.retrieve import Retrieval
-from evomem.sdk import InsightView, Memory
+from evomem.results import (
+    ConsolidationReport,
+    EditRecord,
+    InsightView,
+    LineageStep,
+    Retrieval,
+    ScoredInsight,
+)
+from evomem.sdk import Memory
 from evomem.settings import Settings
 from schemas import TaskEvent
 
-__version__ = "0.1.0"
+try:  # the distribution's version (pyproject.toml), whatever installed it
+    __version__: str = _metadata.version("evograph-mem")
+except _metadata.PackageNotFoundError:  # imported from a tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ConfigError",
     "ConsolidationReport",
+    "EditRecord",
     "EvomemError",
     "InsightView",
     "InvalidEventError",
+    "LineageStep",
     "Memory",
     "NotFoundError",
     "QuotaExceededError",
