@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,7 +51,7 @@ def build(data: Path, tasks: int, seed: int) -> list[str]:
     world = World(NAMESPACES, seed)
     mem = Memory.open(embedded_settings(data, controller="rules", embedder="hashing"))
     assert isinstance(mem, Memory)
-    bodies = []
+    bodies: list[str] = []
     try:
         for i in range(tasks):
             t = world.task()
@@ -87,18 +86,27 @@ def _metrics_connections(host: str, port: int) -> dict[str, float]:
 
 def run_wrk(host: str, port: int, script: Path, connections: int, seconds: int) -> dict[str, Any]:
     """wrk with one thread and ``connections`` kept-alive connections; the spread over the service's
-    processes read half-way through."""
+    processes read while it runs."""
     spread: dict[str, float] = {}
+    stop = threading.Event()
 
-    def read_spread() -> None:
-        time.sleep(seconds / 2)
-        spread.update(_metrics_connections(host, port))
+    def read_spread() -> None:  # the fullest of readings a second apart (a reading waits its turn)
+        stop.wait(1.0)
+        while not stop.is_set():
+            found = _metrics_connections(host, port)
+            if sum(found.values()) > sum(spread.values()):
+                spread.clear()
+                spread.update(found)
+            stop.wait(1.0)
 
     reader = threading.Thread(target=read_spread)
     reader.start()
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script)]
-    done = subprocess.run([*cmd, f"http://{host}:{port}"], capture_output=True, text=True, check=True)
-    reader.join()
+    try:
+        done = subprocess.run([*cmd, f"http://{host}:{port}"], capture_output=True, text=True, check=True)
+    finally:
+        stop.set()
+        reader.join()
     out = done.stdout
     qps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))  # type: ignore[union-attr]
     latency = dict(re.findall(r"^\s+(50|90|99)%\s+(\S+)$", out, re.M))
@@ -176,7 +184,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 "passed": share is not None and share <= 0.6,
             }
         )
-    doc = {
+    doc: dict[str, Any] = {
         "schema": RESULTS_SCHEMA,
         "timestamp": started.isoformat(timespec="seconds"),
         "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
@@ -187,8 +195,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         "checks": check_list,
     }
     merge_results(args.out, RESULTS_KEY, doc)
-    for c in check_list:
-        out.write(f"{'PASS' if c['passed'] else 'FAIL'}  {c['name']}: {c['value']}\n")
+    for check in check_list:
+        out.write(f"{'PASS' if check['passed'] else 'FAIL'}  {check['name']}: {check['value']}\n")
     out.write(f"\nmerged under {RESULTS_KEY!r} in {args.out}\n")
     return 1 if args.check and not all(c["passed"] for c in check_list) else 0
 
