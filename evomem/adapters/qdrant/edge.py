@@ -214,6 +214,9 @@ class EdgeIndex:
         self._promoted: set[str] = self._read_promoted()
         self._counts: OrderedDict[str, _Counts] = OrderedDict()  # shared namespaces' df, bounded
         self._counted = 0  # dimensions held in ``_counts``
+        self._reading: dict[str, int] = {}  # namespaces whose counts are being read, by how many
+        self._stale: set[str] = set()  # of those, the ones written meanwhile
+        self._leftovers: list[tuple[str, Any]] = []  # promoted namespaces' points to drop from shared shards
         self.promotions = 0  # namespaces promoted by this process
         self._drop_promoted_leftovers()
         # the namespaces that may hold an active insight which took others' evidence over (a REVISE,
@@ -430,6 +433,9 @@ class EdgeIndex:
             if counts is not None:
                 self._counts.move_to_end(namespace)
                 return counts
+            # a write to the namespace while its points are read marks this reading stale: kept, it
+            # would miss that write's points for good
+            self._reading[namespace] = self._reading.get(namespace, 0) + 1
         counts = _Counts()
         only = qe.Filter(must=[self._match("namespace", namespace)])
         offset: Any = None
@@ -444,7 +450,13 @@ class EdgeIndex:
             if offset is None:
                 break
         with self._opening:
-            if namespace not in self._promoted and namespace not in self._counts:
+            readers = self._reading.pop(namespace, 0)
+            fresh = readers > 0 and namespace not in self._stale
+            if readers > 1:
+                self._reading[namespace] = readers - 1
+            else:
+                self._stale.discard(namespace)
+            if fresh and namespace not in self._promoted and namespace not in self._counts:
                 self._keep_counts(namespace, counts)
         return counts
 
@@ -511,6 +523,8 @@ class EdgeIndex:
                 grown.append((namespace, shard))
                 if self.idf:  # the namespace's counts, if kept, grow with its new points
                     with self._opening:
+                        if namespace in self._reading:
+                            self._stale.add(namespace)
                         if (counts := self._counts.get(namespace)) is not None:
                             held = len(counts.df)
                             for point in new:
@@ -556,7 +570,9 @@ class EdgeIndex:
             self._own[namespace] = own
             self._forget_counts(namespace)
             self._evict()
-        shared.update(qe.UpdateOperation.delete_points_by_filter(only))
+        # dropped from the shared shard at the next persist, not now: a search routed there just
+        # before the switch still finds them
+        self._leftovers.append((namespace, shared))
         self.promotions += 1
 
     @staticmethod
@@ -575,6 +591,15 @@ class EdgeIndex:
         so the projector saves its cursor past the changes only after this
         (``Projector.checkpoint``), and projects them again otherwise. A flush took 2-5 ms a
         shard (bench/README, "A shard per namespace")."""
+        leftovers, self._leftovers = self._leftovers, []
+        for namespace, shared in leftovers:
+            shared.update(
+                qe.UpdateOperation.delete_points_by_filter(
+                    qe.Filter(must=[self._match("namespace", namespace)])
+                )
+            )
+            with self._opening:
+                self._unflushed[f"shared:{shared_shard_of(namespace, self.shared_shards)}"] = shared
         with self._opening:
             shards, self._unflushed = self._unflushed, {}
         for shard in shards.values():
@@ -835,11 +860,18 @@ class EdgeIndex:
         if kind == "insight":
             return int(self.insights.count(qe.CountRequest(exact=True)))
         total = 0
+        leaving = [ns for ns, _ in self._leftovers]  # promoted, their copies not dropped yet
         for number in range(self.shared_shards):
             if number in self._shared or (self.dir / _SHARED / str(number) / "segments").exists():
                 with self._opening:
                     shard = self._shared_shard(number)
-                total += int(shard.count(qe.CountRequest(exact=True)))
+                gone = [ns for ns in leaving if shared_shard_of(ns, self.shared_shards) == number]
+                only = (
+                    qe.Filter(must_not=[qe.FieldCondition("namespace", match=qe.MatchAny(gone))])
+                    if gone
+                    else None
+                )
+                total += int(shard.count(qe.CountRequest(filter=only, exact=True)))
         for namespace in sorted(self._promoted):
             with self._opening:
                 shard = self._own_shard(namespace)
@@ -850,19 +882,27 @@ class EdgeIndex:
         """How the namespaces' queries are held: namespaces in the shared shards, promoted ones with
         a shard of their own, and the shards (shared, own, and own ones open now)."""
         shared_namespaces = 0
-        for number in sorted(self._shared):
-            found = self._shared[number].facet(qe.FacetRequest("namespace", limit=1 << 31, exact=True))
-            shared_namespaces += sum(1 for hit in found.hits if str(hit.value) not in self._promoted)
+        with self._opening:
+            shards = [
+                self._shared_shard(number)
+                for number in range(self.shared_shards)
+                if number in self._shared or (self.dir / _SHARED / str(number) / "segments").exists()
+            ]
+            promoted = set(self._promoted)
+        for shard in shards:
+            found = shard.facet(qe.FacetRequest("namespace", limit=1 << 31, exact=True))
+            shared_namespaces += sum(1 for hit in found.hits if str(hit.value) not in promoted)
         return {
             "shared_namespaces": shared_namespaces,
             "promoted_namespaces": len(self._promoted),
-            "shared_shards": len(self._shared),
+            "shared_shards": len(shards),
             "own_shards": len(self._promoted),
             "own_shards_open": len(self._own),
             "promote_at": self.promote_at,
         }
 
     def close(self) -> None:
+        self.persist()  # the promoted namespaces' points left in shared shards dropped first
         with self._opening:
             shards = [*self._shared.values(), *self._own.values()]
             self._shared, self._own, self._unflushed = {}, OrderedDict(), {}
