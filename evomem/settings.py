@@ -190,6 +190,33 @@ class Settings(BaseSettings):
     http_max_connections: int = Field(
         1000, ge=1, description="open connections past which the service answers 503 at once"
     )
+    # The HTTP edge of `evomem serve` and `evomem mcp --http` (evomem/service/edge.py).
+    http_max_head_bytes: int = Field(
+        32 << 10,
+        ge=1024,
+        le=1 << 20,
+        description="largest request head (request line and header fields); past it: 431",
+    )
+    http_max_headers: int = Field(
+        100, ge=8, le=10_000, description="header fields a request may carry at most; past them: 431"
+    )
+    http_head_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="a request head must arrive within this of its first byte (408)"
+    )
+    http_body_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="a request body must arrive within this of its head (408)"
+    )
+    http_max_connections_per_client: int = Field(
+        256,
+        ge=1,
+        description="open connections one client address may hold; past them it gets 503 (behind a "
+        "proxy every client has the proxy's address: raise it to the cap)",
+    )
+    mcp_sessions_per_token: int = Field(
+        100,
+        ge=1,
+        description="MCP sessions one token (or, open, the whole server) may hold open; past them: 429",
+    )
 
     http_workers: int = Field(
         1,

@@ -3,8 +3,11 @@ HTTP (httpx), with the same methods as the embedded memory."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.parse
+from collections.abc import Iterator
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any
 
@@ -27,6 +30,21 @@ from evomem.settings import Settings
 from schemas import InsightNode, TaskEvent
 
 TIMEOUT_S = 10.0
+
+#: Set by ``acting_for``: the Authorization header this thread's calls carry instead of the
+#: client's own token ("" for none at all).
+_caller_authorization: ContextVar[str | None] = ContextVar("evomem_caller_authorization", default=None)
+
+
+@contextlib.contextmanager
+def acting_for(authorization: str | None) -> Iterator[None]:
+    """Calls made in this block carry the caller's ``Authorization`` header as it came (None: no
+    header), never the client's own token: a gateway forwards what each caller proves."""
+    reset = _caller_authorization.set(authorization or "")
+    try:
+        yield
+    finally:
+        _caller_authorization.reset(reset)
 
 
 class RemoteInsight:
@@ -65,7 +83,13 @@ class RemoteMemory:
 
     def _call(self, method: str, path: str, body: str | bytes | None = None) -> Any:
         try:
-            response = self._http.request(method, path, content=body)
+            request = self._http.build_request(method, path, content=body)
+            caller = _caller_authorization.get()
+            if caller is not None:
+                request.headers.pop("authorization", None)
+                if caller:
+                    request.headers["Authorization"] = caller
+            response = self._http.send(request)
         except httpx.TransportError as exc:
             raise TransientError(f"evomem service unreachable: {type(exc).__name__}") from None
         try:
@@ -155,4 +179,4 @@ class RemoteMemory:
         self.close()
 
 
-__all__ = ["RemoteInsight", "RemoteMemory"]
+__all__ = ["RemoteInsight", "RemoteMemory", "acting_for"]

@@ -78,7 +78,7 @@ class Api:
     def __init__(self, service: RetrievalService, settings: Settings) -> None:
         self.service = service
         self.max_body = settings.http_max_body_bytes
-        self.body_timeout_s = settings.http_idle_timeout_s
+        self.body_timeout_s = settings.http_body_timeout_s
         self._openapi = json.dumps(openapi()).encode()
         work: dict[str, Work] = {
             "retrieve": self._retrieve,
