@@ -498,6 +498,27 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_changes(args: argparse.Namespace) -> int:
+    """The changes the projector skipped (their data could never apply): list, replay, drop."""
+    with _open() as mem:
+        feed = mem.runtime.changes
+        if args.action == "list":
+            letters = feed.dead_changes(args.count)
+            if args.json:
+                _out(letters)
+            for d in letters if not args.json else []:
+                print(f"{d['dead_id']}  {d['kind']} {d['ns']}/{d['id']}  {d['reason'][:100]!r}")
+            if not letters and not args.json:
+                print("no skipped changes")
+            return 0
+        ids = [d["dead_id"] for d in feed.dead_changes(1_000_000)] if args.all else args.ids
+        if args.action == "replay":
+            print(f"replayed {feed.replay_dead(ids)} change(s)")
+        else:
+            print(f"dropped {feed.drop_dead(ids)} change(s)")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from evomem.pipeline.export import export, write_jsonl
 
@@ -524,7 +545,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     if progress.wanted(args.progress):
         lines = progress.iterate(lines, "import", text.count("\n") + (not text.endswith("\n")), True)
     with _open() as mem:
-        counts = mem.runtime.import_records(lines)
+        try:
+            counts = mem.runtime.import_records(lines, set(args.namespace) if args.namespace else None)
+        except InvalidEventError as exc:
+            sys.stderr.write(f"evomem: import refused, nothing written: {exc}\n")
+            return 2
     print(
         f"imported {counts['queries']} queries and {counts['insights']} insights; "
         f"{counts['skipped']} already present"
@@ -702,6 +727,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_dlq)
 
+    sp = sub.add_parser("changes", help="changes the projector skipped: list, replay, drop")
+    sp.add_argument("action", choices=["list", "replay", "drop"])
+    sp.add_argument("ids", nargs="*", help="their ids, as `list` shows them")
+    sp.add_argument("--all", action="store_true", help="every skipped change")
+    sp.add_argument("--count", type=int, default=50)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_changes)
+
     sp = sub.add_parser("export", help="write a memory's nodes as JSON lines")
     sp.add_argument("-n", "--namespace", action="append", help="only these namespaces (repeatable)")
     sp.add_argument("-o", "--output", help="a file; default standard output")
@@ -710,6 +743,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("import", help="load an export (idempotent)")
     sp.add_argument("file", help="an export file; - reads standard input")
+    sp.add_argument(
+        "-n", "--namespace", action="append", help="refuse any record of another namespace (repeatable)"
+    )
     progress.add_flag(sp)
     sp.set_defaults(func=cmd_import)
 

@@ -24,6 +24,7 @@ EVENTS_STREAM = f"{PREFIX}:events"  # task events, field "event" = JSON document
 CHANGES_STREAM = f"{PREFIX}:changes"  # (kind, ns, id, version) of every changed node, for projectors
 HISTORY_STREAM = f"{PREFIX}:history"  # append-only edit history, one entry per applied edit
 DLQ_STREAM = f"{PREFIX}:dlq"  # dead letters, with the reason
+CHANGES_DEAD = f"{PREFIX}:changes:dead"  # changes the projector could never apply, with the reason
 CONSUMER_GROUP = "consolidators"
 NAMESPACES = f"{PREFIX}:namespaces"  # set of namespaces ever written
 INSIGHT_DIRECTORY = f"{PREFIX}:ids"  # hash: insight id -> its namespace (insight ids are unique)

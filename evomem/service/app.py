@@ -165,6 +165,11 @@ class RetrievalService:
                     f" ({state.error})" if state.error else ""
                 )
                 healthy = False
+        projector = self.runtime.projector
+        if projector is not None and projector.skipped:
+            # the index moves on past them; they wait for `evomem changes replay` or `drop`
+            out["projector"]["skipped_changes"] = projector.skipped
+            out["projector"]["last_skipped"] = projector.last_skipped
         lag = self._staleness()
         out["projector_lag_s"] = lag.projector_lag_s
         # a stale replica stays healthy: it serves the last state it has and says so
