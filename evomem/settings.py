@@ -299,6 +299,13 @@ class Settings(BaseSettings):
     http_max_connections: int = _service(
         1000, "open connections past which the service answers 503 at once", ge=1
     )
+    http_redis_timeout_s: float = _service(
+        2.0,
+        "the longest a request waits on Redis; past it the service answers 503 and, until Redis answers "
+        "a probe again, health says so at once and secured routes answer 503 without waiting",
+        gt=0,
+        le=60,
+    )
     # The HTTP edge of `evomem serve` and `evomem mcp --http` (evomem/service/edge.py).
     http_max_head_bytes: int = _service(
         32 << 10, "largest request head (request line and header fields); past it: 431", ge=1024, le=1 << 20

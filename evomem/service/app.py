@@ -39,6 +39,48 @@ class _View:
 
 
 STALENESS_CACHE_S = 0.1
+#: How often a probe pings a Redis that stopped answering, to learn it is back.
+PROBE_EVERY_S = 0.2
+
+
+class RedisProbe:
+    """Whether Redis is answering, as far as the service can tell without waiting on it: a request
+    that waited past its bound (``EVOMEM_HTTP_REDIS_TIMEOUT_S``) marks it suspect; from then on
+    health says so at once, the metrics read no Redis, and the secured routes answer 503 without
+    starting work that would wait too, while one background thread pings until Redis answers."""
+
+    def __init__(self, ping: Any) -> None:
+        self._ping = ping
+        self._lock = threading.Lock()
+        self.suspect_since: float | None = None
+        self._probing = False
+
+    def ok(self) -> bool:
+        return self.suspect_since is None
+
+    def suspect(self) -> None:
+        with self._lock:
+            if self.suspect_since is None:
+                self.suspect_since = time.time()
+                log.warning("service.redis_stalled")
+            if self._probing:
+                return
+            self._probing = True
+        threading.Thread(target=self._probe, name="evomem-redis-probe", daemon=True).start()
+
+    def _probe(self) -> None:
+        while True:
+            try:
+                self._ping()
+            except Exception:  # refused, reset, timed out: not back yet
+                time.sleep(PROBE_EVERY_S)
+                continue
+            with self._lock:
+                self._probing = False
+                if self.suspect_since is not None:
+                    log.info("service.redis_answers", stalled_s=round(time.time() - self.suspect_since, 3))
+                self.suspect_since = None
+            return
 
 
 class RetrievalService:
@@ -49,6 +91,7 @@ class RetrievalService:
         self._stale = (0.0, 0.0)  # (computed at, value)
         self._stale_lock = threading.Lock()
         self._redis_seen = (time.time(), 0.0)  # (when Redis last answered, the lag then)
+        self.redis_probe = RedisProbe(lambda: runtime.redis.ping())
         self.metrics.gauge(
             "evomem_projector_lag_seconds", "Age of the oldest change not yet in the index.", self.staleness
         )
@@ -147,12 +190,17 @@ class RetrievalService:
         fails (and retries) serves an index that no longer moves, which is not healthy."""
         out: dict[str, Any] = {"index": "ok"}
         healthy = True
-        try:
-            self.runtime.redis.ping()
-            out["redis"] = "ok"
-        except (TransientError, OSError):
-            out["redis"] = "unreachable"
+        stalled_since = self.redis_probe.suspect_since
+        if stalled_since is not None:
+            out["redis"] = f"not answering for {time.time() - stalled_since:.1f} s"
             healthy = False
+        else:
+            try:
+                self.runtime.redis.ping()
+                out["redis"] = "ok"
+            except (TransientError, OSError):
+                out["redis"] = "unreachable"
+                healthy = False
         state = self.runtime.follower()
         if state is None:
             out["projector"] = {"status": "not following"}
@@ -202,6 +250,8 @@ class RetrievalService:
             if now - at < STALENESS_CACHE_S:
                 return value
         try:
+            if not self.redis_probe.ok():
+                raise TransientError("redis is not answering")  # known: do not wait on it
             value = self.runtime.staleness_s()
         except (EvomemError, OSError):
             # nothing is known since Redis last answered: the index is at least that much behind
@@ -215,10 +265,12 @@ class RetrievalService:
 
     def _lag_changes(self) -> int:
         projector = self.runtime.projector
+        if not self.redis_probe.ok():
+            return -1
         try:
             return projector.lag() if projector is not None else 0
         except (EvomemError, OSError):
             return -1
 
 
-__all__ = ["RetrievalService"]
+__all__ = ["RedisProbe", "RetrievalService"]
