@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import sys
 import textwrap
 import traceback
@@ -385,7 +386,8 @@ def cmd_tokens(args: argparse.Namespace) -> int:
             if args.json:
                 _out([asdict(r) for r in records])
             for r in records if not args.json else []:
-                print(f"{r.id}  {r.created_at}  {','.join(r.namespaces):<24} {r.name}")
+                shown = f"{r.id}  {r.created_at}  {','.join(r.namespaces):<24} {r.name}"
+                print(_printable(shown))
             if not records and not args.json:
                 print("no run-time tokens (EVOMEM_TOKENS are not listed)")
         else:
@@ -468,9 +470,16 @@ def _show_settings(args: argparse.Namespace) -> int:
 
 
 def _required_namespace(args: argparse.Namespace) -> str:
+    from evomem.sdk.calls import check_namespace
+
     if not args.namespace:
         raise CommandError(f"evomem settings {args.action} needs a namespace")
-    return str(args.namespace)
+    return check_namespace(args.namespace)  # never `*`, `{x}` or a line break
+
+
+def _printable(text: str) -> str:
+    """``text`` with its control characters escaped: a name cannot move the cursor or forge a line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
@@ -778,6 +787,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             tracing.configure(Settings())
         code: int = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader left (`| head`): what it wanted was written; say nothing, like other tools
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except BaseException as exc:  # every error leaves as one line; --debug shows its traceback
         if isinstance(exc, SystemExit):
             raise

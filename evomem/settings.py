@@ -140,6 +140,7 @@ class Settings(BaseSettings):
         1.0,
         "conflict penalty weight (λ, Eq. 8)",
         ge=0.0,
+        allow_inf_nan=False,
         validation_alias=AliasChoices("EVOMEM_LAMBDA", "lambda_", "lambda"),
     )
     scoring: Scoring = _retrieval(
@@ -188,7 +189,10 @@ class Settings(BaseSettings):
         "archive_ratio × judged positives) or a run of archive_streak; immediate: at once, the paper's",
     )
     archive_ratio: float = _editing(
-        1.0, "ρ of the evidence policy: judged negatives per judged positive that archive an insight", ge=0.0
+        1.0,
+        "ρ of the evidence policy: judged negatives per judged positive that archive an insight",
+        ge=0.0,
+        allow_inf_nan=False,
     )
     archive_min: int = _editing(
         2,
@@ -499,7 +503,9 @@ class NamespaceOverrides(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
-    lambda_: float | None = Field(None, ge=0.0, alias="lambda", description="conflict penalty weight λ")
+    lambda_: float | None = Field(
+        None, ge=0.0, allow_inf_nan=False, alias="lambda", description="conflict penalty weight λ"
+    )
     budget: int | None = Field(None, ge=1, le=100, description="insights served at most")
     top_k: int | None = Field(None, ge=1, le=1000, description="similar past queries per retrieval")
     hops: int | None = Field(None, ge=0, le=4, description="query-graph expansion depth")
@@ -509,7 +515,7 @@ class NamespaceOverrides(BaseModel):
     relevance: Similarity | None = None
     evidence_search: int | None = Field(None, ge=0, le=100)
     archive_policy: ArchivePolicy | None = None
-    archive_ratio: float | None = Field(None, ge=0.0)
+    archive_ratio: float | None = Field(None, ge=0.0, allow_inf_nan=False)
     archive_min: int | None = Field(None, ge=1, le=1000)
     archive_streak: int | None = Field(None, ge=0, le=1000)
 

@@ -1,0 +1,114 @@
+"""The small defects of the second hardening round, one test each: infinite weights, namespaces
+that are patterns or hold line breaks, a hand-written non-JSON override, a report by retrieval id,
+token names with terminal escapes, `| head` on a command's output, the unit's file limit."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from pydantic import ValidationError
+
+from evomem import InvalidEventError, Memory, Settings, keys
+from evomem.cli import main
+from evomem.settings import NamespaceOverrides
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cli(settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Any:
+    monkeypatch.setenv("EVOMEM_REDIS_URL", str(settings.redis_url))
+    monkeypatch.setenv("EVOMEM_DATA_DIR", str(settings.data_dir))
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(list(argv))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+def test_infinite_weights_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("lambda", "archive_ratio"):
+        with pytest.raises(ValidationError):
+            NamespaceOverrides.model_validate({name: float("inf")})
+    monkeypatch.setenv("EVOMEM_LAMBDA", "inf")
+    with pytest.raises(ValidationError):
+        Settings()
+    monkeypatch.delenv("EVOMEM_LAMBDA")
+    monkeypatch.setenv("EVOMEM_ARCHIVE_RATIO", "inf")
+    with pytest.raises(ValidationError):
+        Settings()
+
+
+def test_settings_set_refuses_namespaces_that_are_not_names(cli: Any, redis_client: redis.Redis) -> None:
+    for bad in ("*", "{x}", "a\nb"):
+        code, _, err = cli("settings", "set", bad, "budget=2")
+        assert code == 2 and "namespace" in err, (bad, err)
+    assert redis_client.scard(keys.NAMESPACES_WITH_SETTINGS) == 0
+    assert cli("settings", "set", "alpha", "budget=2")[0] == 0
+
+
+def test_a_non_json_override_written_by_hand_is_ignored(memory: Memory, redis_client: redis.Redis) -> None:
+    memory.report(None, namespace="alpha", query="q1", status="resolved", proposed_insight="Keep going.")
+    memory.consolidate()
+    redis_client.hset(keys.namespace_settings("alpha"), mapping={"budget": "not json", "top_k": "3"})
+    memory.namespace_settings.forget()
+    assert memory.namespace_settings("alpha").top_k == 3
+    assert memory.retrieve("q1", "alpha").insights  # retrievals go on
+    memory.report(None, namespace="alpha", query="q2", status="failed")  # and so do events
+
+
+def test_a_report_may_name_its_retrieval_by_id(memory: Memory) -> None:
+    r = memory.retrieve("Verify: Mohra is a car", "alpha")
+    event_id = memory.report(r.id, status="resolved", namespace="alpha", query=r.query)
+    assert event_id
+    with pytest.raises(InvalidEventError, match="retrieval"):
+        memory.report(42, status="resolved")  # type: ignore[arg-type]
+
+
+def test_token_names_are_printed_with_their_control_characters_escaped(cli: Any) -> None:
+    code, _, _ = cli("tokens", "create", "-n", "alpha", "--name", "ok\x1b[2J\nforged 00000 line")
+    assert code == 0
+    code, out, _ = cli("tokens", "list")
+    assert code == 0 and "\x1b" not in out and out.count("\n") == 1
+    assert "\\x1b[2J\\nforged" in out
+
+
+def test_a_closed_pipe_ends_a_command_quietly(settings: Settings, memory: Memory) -> None:
+    for n in range(30):
+        memory.report(
+            None, namespace="alpha", query=f"q{n}", status="resolved", proposed_insight=f"Lesson {n}."
+        )
+    memory.consolidate()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
+    env.update(EVOMEM_REDIS_URL=str(settings.redis_url), EVOMEM_DATA_DIR=str(settings.data_dir))
+    export = subprocess.Popen(
+        [sys.executable, "-m", "evomem.cli", "export"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert export.stdout is not None and export.stderr is not None
+    export.stdout.read(10)
+    export.stdout.close()  # like `| head -c 10`
+    err = export.stderr.read().decode()
+    export.stderr.close()
+    assert export.wait(timeout=60) == 0, err
+    assert "Broken pipe" not in err and "Traceback" not in err
+
+
+def test_the_service_unit_allows_more_files_than_the_connection_cap() -> None:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(ROOT / "deploy" / "systemd" / "evomem-serve.service")
+    limit = int(unit["Service"]["LimitNOFILE"])
+    assert limit > 2 * Settings.model_fields["http_max_connections"].default
