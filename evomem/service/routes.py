@@ -27,9 +27,8 @@ from evomem import timings
 from evomem.errors import TransientError
 from evomem.logs import adopt, bind, bound, carried, get_logger
 from evomem.service.api import ROUTES, RetrieveRequest, RouteSpec, openapi
-from evomem.service.app import RetrievalService
 from evomem.service.auth import Principal
-from evomem.service.errors import (
+from evomem.service.http_errors import (
     CLOSE_AFTER,
     BodyTooLarge,
     ForeignOrigin,
@@ -38,6 +37,7 @@ from evomem.service.errors import (
     classify,
 )
 from evomem.service.metrics import CONTENT_TYPE
+from evomem.service.retrieval_service import RetrievalService
 from evomem.settings import Settings
 from schemas import TaskEvent
 

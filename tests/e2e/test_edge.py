@@ -18,7 +18,7 @@ import redis
 from pydantic import SecretStr
 
 from evomem import Settings
-from evomem.mcp.server import MCPHTTPServer
+from evomem.mcp.mcp_server import MCPHTTPServer
 from evomem.service.server import build_server
 
 TOKENS = "tok-alpha=alpha;tok-beta=beta;tok-admin=*"

@@ -18,8 +18,8 @@ from evomem.adapters.redis.importer import import_jsonl
 from evomem.cli import main
 from evomem.errors import InvalidEventError
 from evomem.pipeline.export import export, write_jsonl
-from evomem.service.app import RetrievalService
 from evomem.service.auth import TokenAuth
+from evomem.service.retrieval_service import RetrievalService
 
 
 def _lesson(memory: Memory, namespace: str, query: str, insight: str) -> None:
