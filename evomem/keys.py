@@ -162,6 +162,12 @@ def decision(namespace: str, event_id: str) -> str:
     return _key(namespace, "decision", event_id)
 
 
+def published(namespace: str, event_id: str) -> str:
+    """The digest of an event as it was published, for a day: a conflicting one is refused at once,
+    before the first is consolidated (after, ``applied`` and ``decision`` say so)."""
+    return _key(namespace, "published", event_id)
+
+
 def retrieval(namespace: str, retrieval_id: str) -> str:
     return _key(namespace, "retrieval", retrieval_id)
 

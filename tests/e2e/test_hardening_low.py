@@ -112,3 +112,20 @@ def test_the_service_unit_allows_more_files_than_the_connection_cap() -> None:
     unit.read(ROOT / "deploy" / "systemd" / "evomem-serve.service")
     limit = int(unit["Service"]["LimitNOFILE"])
     assert limit > 2 * Settings.model_fields["http_max_connections"].default
+
+
+def test_the_demo_writes_into_no_directory_that_holds_other_things(tmp_path: Path) -> None:
+    from evomem import demo
+
+    (tmp_path / "notes.txt").write_text("mine")
+    assert demo.main(["--tasks", "10", "--data-dir", str(tmp_path)]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_conflicting_event_id_is_refused_while_the_first_is_pending(memory: Memory) -> None:
+    event_id = "0b8f6c3e-1111-4222-8333-944455556666"
+    memory.report(None, namespace="alpha", query="q1", status="resolved", event_id=event_id)
+    memory.report(None, namespace="alpha", query="q1", status="resolved", event_id=event_id)  # a retry
+    with pytest.raises(InvalidEventError, match="other content"):
+        memory.report(None, namespace="alpha", query="q2", status="failed", event_id=event_id)
+    assert memory.stream.info()["length"] == 2
