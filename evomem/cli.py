@@ -270,10 +270,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
 # -- the pipeline: workers, the retrieval side, dead letters ------------------------------------
 def cmd_worker(args: argparse.Namespace) -> int:
     """A Celery consolidation worker (``celery -A workers.app worker`` with the right options)."""
-    import os
-
     settings = Settings()
-    from evomem.runtime import broker_redis_url
+    from evomem.runtime import broker_redis_url, hold_redis
+
+    # the embedded Redis this worker may start is held until it stops, then stopped if nobody else
+    # uses it (it was left running before)
+    _, release = hold_redis(settings)
+    try:
+        return _run_worker(args, settings, broker_redis_url)
+    finally:
+        release()
+
+
+def _run_worker(args: argparse.Namespace, settings: Settings, broker_redis_url: Any) -> int:
+    import os
 
     broker_redis_url(settings)  # a cluster without a broker is refused here, not by Celery's fallback
     port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port

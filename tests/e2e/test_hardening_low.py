@@ -129,3 +129,31 @@ def test_a_conflicting_event_id_is_refused_while_the_first_is_pending(memory: Me
     with pytest.raises(InvalidEventError, match="other content"):
         memory.report(None, namespace="alpha", query="q2", status="failed", event_id=event_id)
     assert memory.stream.info()["length"] == 2
+
+
+def test_a_worker_stops_the_embedded_redis_it_started(tmp_path: Path) -> None:
+    import signal
+
+    from tests.support.pipeline_helpers import wait_for
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
+    env["EVOMEM_DATA_DIR"] = str(tmp_path / "data")
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "evomem.cli", "--log-level", "INFO", "worker", "--concurrency", "1"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    pidfile = tmp_path / "data" / "redis" / "redis.pid"
+    try:
+        wait_for(lambda: b"ready" in log.read_bytes(), 120, "the worker to be ready")
+        redis_pid = int(pidfile.read_text())
+        wait_for(lambda: Path(f"/proc/{redis_pid}").exists(), 10, "redis-server to run")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0
+    wait_for(
+        lambda: not Path(f"/proc/{redis_pid}").exists(), 30, "the embedded Redis to stop with the worker"
+    )
