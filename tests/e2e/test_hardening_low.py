@@ -157,3 +157,19 @@ def test_a_worker_stops_the_embedded_redis_it_started(tmp_path: Path) -> None:
     wait_for(
         lambda: not Path(f"/proc/{redis_pid}").exists(), 30, "the embedded Redis to stop with the worker"
     )
+
+
+def test_a_zombie_is_not_taken_for_a_running_process() -> None:
+    from evomem.launcher import _alive
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    from tests.support.pipeline_helpers import wait_for
+
+    wait_for(
+        lambda: Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z",
+        30,
+        "a zombie",
+    )
+    assert not _alive(child.pid)  # exited, not reaped yet
+    child.wait()
+    assert _alive(os.getpid())
