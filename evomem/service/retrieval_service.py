@@ -173,8 +173,12 @@ class RetrievalService:
         missing = NotFoundError(f"no insight {insight_id!r}")
         graph = self.runtime.graph
         try:
-            node = graph.insights([insight_id]).get(insight_id) if insight_id else None
-            # another tenant's node does not exist for this token
+            # another tenant's node does not exist for this token, nor takes longer to say so: the
+            # id directory alone answers both (one read either way), the node is read only when allowed
+            owner = graph.namespace_of([insight_id]).get(insight_id) if insight_id else None
+            if owner is None or not principal.may(owner):
+                raise missing
+            node = graph.insights([insight_id]).get(insight_id)
             if node is None or not principal.may(node.namespace):
                 raise missing
             return _View(node, tuple(graph.lineage(insight_id)), tuple(graph.history(insight_id)))

@@ -173,3 +173,27 @@ def test_a_zombie_is_not_taken_for_a_running_process() -> None:
     assert not _alive(child.pid)  # exited, not reaped yet
     child.wait()
     assert _alive(os.getpid())
+
+
+def test_another_tenants_insight_costs_the_same_reads_as_a_missing_one(
+    memory: Memory, redis_client: redis.Redis
+) -> None:
+    """The ~150 µs gap of the probe came from reading the foreign node before refusing it."""
+    from evomem import NotFoundError
+    from evomem.service.auth import Principal, TokenAuth
+    from evomem.service.retrieval_service import RetrievalService
+
+    memory.report(None, namespace="victim", query="q", status="resolved", proposed_insight="Victim lesson.")
+    memory.consolidate()
+    (victim_id,) = memory.graph.insight_ids("victim")
+    service = RetrievalService(memory.runtime, TokenAuth(None))
+    evil = Principal("evil", frozenset({"evil"}))
+
+    def commands(insight_id: str) -> int:
+        before = sum(v["calls"] for k, v in redis_client.info("commandstats").items() if k != "cmdstat_info")
+        with pytest.raises(NotFoundError):
+            service.insight(evil, insight_id)
+        after = sum(v["calls"] for k, v in redis_client.info("commandstats").items() if k != "cmdstat_info")
+        return int(after - before)
+
+    assert commands(victim_id) == commands("no-such-insight")
