@@ -167,13 +167,8 @@ def stall(url: str, redis_pid: int) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.edge", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--flood-connections", type=int, default=8)
-    parser.add_argument("--flood-seconds", type=float, default=40.0)
-    parser.add_argument("--half-open", type=int, default=1000)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args(argv)
+def run(flood_connections: int, flood_seconds: float, half_open_count: int) -> dict[str, Any]:
+    """The three probes against fresh ``serve`` and ``mcp --http`` processes and their own Redis."""
     with tempfile.TemporaryDirectory() as tmp:
         redis_server = EmbeddedRedis(Path(tmp) / "redis")
         redis_url = redis_server.ensure()
@@ -185,12 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             ["mcp", "--http", "--port", "0"], _env(Path(tmp) / "mcp", redis_url), "MCP server on"
         )
         try:
-            results = {
-                "head_flood_serve": head_flood(
-                    serve.pid, serve_url, args.flood_connections, args.flood_seconds
-                ),
-                "head_flood_mcp": head_flood(mcp.pid, mcp_url, args.flood_connections, args.flood_seconds),
-                "half_open_serve": half_open(serve_url, args.half_open),
+            return {
+                "head_flood_serve": head_flood(serve.pid, serve_url, flood_connections, flood_seconds),
+                "head_flood_mcp": head_flood(mcp.pid, mcp_url, flood_connections, flood_seconds),
+                "half_open_serve": half_open(serve_url, half_open_count),
                 "stall_serve": stall(serve_url, redis_pid),
             }
         finally:
@@ -198,6 +191,16 @@ def main(argv: list[str] | None = None) -> int:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=30)
             redis_server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.edge", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--flood-connections", type=int, default=8)
+    parser.add_argument("--flood-seconds", type=float, default=40.0)
+    parser.add_argument("--half-open", type=int, default=1000)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    results = run(args.flood_connections, args.flood_seconds, args.half_open)
     print(json.dumps(results, indent=2))
     merge_results(args.out, "edge", results)
     return 0
