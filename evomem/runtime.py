@@ -21,7 +21,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -298,9 +298,11 @@ class Runtime:
 
         return summary(self.redis, self.settings)
 
-    def import_records(self, lines: Iterable[str]) -> dict[str, int]:
-        """Load an export (``evomem import``)."""
-        return import_jsonl(self.redis, lines)
+    def import_records(
+        self, lines: Iterable[str], namespaces: Collection[str] | None = None
+    ) -> dict[str, int]:
+        """Load an export (``evomem import``), confined to ``namespaces`` when given."""
+        return import_jsonl(self.redis, lines, namespaces)
 
     def close(self) -> None:
         if self._closed:

@@ -1,9 +1,8 @@
-"""The HTTP server: the Starlette app of ``routes`` under uvicorn (httptools), on a socket bound
+"""The HTTP server: the Starlette app of ``routes`` under uvicorn (the ``edge`` protocol), on a socket bound
 before anything else is opened, so that a port in use fails fast and leaves nothing behind."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import signal
@@ -13,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from evomem.errors import ConfigError
 from evomem.logs import get_logger
@@ -21,59 +19,14 @@ from evomem.runfiles import service_url_file
 from evomem.runtime import Runtime, open_runtime
 from evomem.service.auth import TokenAuth
 from evomem.service.connections import COUNTS
+from evomem.service.edge import BACKLOG, EdgeLimits, uvicorn_config
 from evomem.service.retrieval_service import RetrievalService
 from evomem.service.routes import Api, create_app
 from evomem.settings import Settings
 
 log = get_logger("evomem.service")
 
-#: The listen backlog: the default of 5 made 64 agents connecting at once wait ~1 s for SYN retries
-#: (bench/README.md); the kernel caps it at net.core.somaxconn.
-BACKLOG = 128
 SHUTDOWN_GRACE_S = 10
-
-
-class _Protocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with an idle timeout from the first byte on: uvicorn arms its
-    keep-alive timer only after a response, so a client that connects and never sends a request, or
-    sends half its headers and stops, would hold its connection for as long as it wishes."""
-
-    _header_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        COUNTS.opened()
-        super().connection_made(transport)
-        self._arm_header_timer()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self._header_timer is None and self._between_requests() and not self.transport.is_closing():
-            self._arm_header_timer()  # part of a request's head came: the rest must follow in time
-
-    def on_headers_complete(self) -> None:
-        self._cancel_header_timer()
-        super().on_headers_complete()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_header_timer()
-        super().connection_lost(exc)
-        COUNTS.closed()
-
-    def _between_requests(self) -> bool:
-        return self.cycle is None or bool(self.cycle.response_complete)
-
-    def _arm_header_timer(self) -> None:
-        self._header_timer = self.loop.call_later(self.timeout_keep_alive, self._header_timeout)
-
-    def _cancel_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _header_timeout(self) -> None:
-        self._header_timer = None
-        if self._between_requests() and not self.transport.is_closing():
-            self.transport.close()
 
 
 class _Server(uvicorn.Server):
@@ -141,21 +94,12 @@ class EvomemHTTPServer:
         self.socket = sock
         self.service = service
         app, self.api = create_app(service, settings)
-        config = uvicorn.Config(
+        config = uvicorn_config(
             app,
-            http=_Protocol,
-            loop="asyncio",
+            EdgeLimits.from_settings(settings),
             lifespan="off",
-            log_config=None,
-            access_log=False,
-            server_header=False,
-            proxy_headers=False,
-            backlog=BACKLOG,
-            timeout_keep_alive=max(1, round(settings.http_idle_timeout_s)),
-            limit_concurrency=settings.http_max_connections,
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
-        config.timeout_keep_alive = settings.http_idle_timeout_s  # type: ignore[assignment]  # a float works
         self._server = _Server(config)
         self._server.channel = channel
         self._done = threading.Event()
