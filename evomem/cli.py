@@ -11,6 +11,7 @@ import sys
 import textwrap
 import traceback
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -151,11 +152,51 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- revert / pin / unpin ---------------------------------------------------------------------------
+def cmd_revert(args: argparse.Namespace) -> int:
+    since = None
+    if args.since:
+        try:
+            since = datetime.fromisoformat(args.since)
+        except ValueError:
+            raise InvalidEventError(
+                "since", "an ISO 8601 time with its zone, e.g. 2026-01-02T03:04:05+00:00"
+            ) from None
+    with _client(index=False) as mem:
+        request_id = mem.revert(
+            args.event_id,
+            namespace=args.namespace,
+            insight_id=args.insight,
+            since=since,
+            by=args.by,
+            reason=args.reason,
+            request_id=args.request_id,
+        )
+    print(request_id)
+    return 0
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    with _client(index=False) as mem:
+        call = mem.pin if args.command == "pin" else mem.unpin
+        print(
+            call(
+                args.insight_id,
+                namespace=args.namespace,
+                by=args.by,
+                reason=args.reason,
+                request_id=args.request_id,
+            )
+        )
+    return 0
+
+
 # -- inspect / stats ------------------------------------------------------------------------------
 def render_insight(view: InsightView, queries: dict[str, str]) -> str:
     n = view.node
     mark = "●" if n.active else "○"
-    lines = [f"{mark} {n.id}  [{n.state}, v{n.version}, namespace {n.namespace}]"]
+    pinned = ", pinned" if n.pinned else ""
+    lines = [f"{mark} {n.id}  [{n.state}{pinned}, v{n.version}, namespace {n.namespace}]"]
     lines += textwrap.wrap(n.text, 96, initial_indent="  “", subsequent_indent="   ")
     lines[-1] += "”"
 
@@ -182,6 +223,8 @@ def render_insight(view: InsightView, queries: dict[str, str]) -> str:
         for h in view.history[-12:]:
             extra = f" → {h.new_id[:8]}" if h.new_id and h.new_id != n.id else ""
             lines.append(f"    {h.at[:19]}  {h.op:<7} {h.outcome:<17} by {h.decided_by}{extra}")
+            if h.note:
+                lines.append(f"      {h.note[:110]}")
     return "\n".join(lines)
 
 
@@ -691,6 +734,35 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--max", type=int)
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_consolidate)
+
+    sp = sub.add_parser(
+        "revert",
+        help="undo an event's edits, or every edit of a namespace since a time, as new edits",
+        description="Undo the edits of EVENT_ID (with --insight: only its edits of that insight), or with "
+        "--since every edit of the namespace applied since then, newest first. Nothing is deleted: the "
+        "inverse edits are applied by the workers, in order with the events, and kept in the history. "
+        "Prints the request id; the same --request-id twice is one revert.",
+    )
+    sp.add_argument("event_id", nargs="?")
+    sp.add_argument("-n", "--namespace", default="default")
+    sp.add_argument("--insight", help="only the event's edits of this insight")
+    sp.add_argument("--since", help="every edit applied at or after this ISO 8601 time (with its zone)")
+    sp.add_argument("--by", help="who asks (default: the local user; the token's name over HTTP)")
+    sp.add_argument("--reason")
+    sp.add_argument("--request-id")
+    sp.set_defaults(func=cmd_revert)
+
+    for name, help_ in (
+        ("pin", "keep an insight as it is: no verdict archives or revises it"),
+        ("unpin", "let verdicts archive or revise a pinned insight again"),
+    ):
+        sp = sub.add_parser(name, help=help_)
+        sp.add_argument("insight_id")
+        sp.add_argument("-n", "--namespace")
+        sp.add_argument("--by", help="who asks (default: the local user; the token's name over HTTP)")
+        sp.add_argument("--reason")
+        sp.add_argument("--request-id")
+        sp.set_defaults(func=cmd_pin)
 
     sp = sub.add_parser("inspect", help="an insight's evidence, lineage and history; or list a namespace")
     sp.add_argument("insight_id", nargs="?")

@@ -55,6 +55,8 @@ LUA_KINDS = (
     "quota",
     "recent",
     "outbox",
+    "control",
+    "reverted",
 )
 
 
@@ -207,6 +209,16 @@ def outbox(namespace: str, event_id: str) -> str:
     """On a Redis Cluster: what an applied event still has to write outside its namespace's slot
     (the change feed, the history stream, the id directory), until that is written (JSON)."""
     return _key(namespace, "outbox", event_id)
+
+
+def control(namespace: str, request_id: str) -> str:
+    """Marker that an operator's request (revert, pin, unpin) is applied; its value is the result."""
+    return _key(namespace, "control", request_id)
+
+
+def reverted(namespace: str) -> str:
+    """Set: the key of every edit of the namespace a request reverted (``lifecycle.edit_key``)."""
+    return _key(namespace, "reverted")
 
 
 def projector_cursor(index_identity: str) -> str:

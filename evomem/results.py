@@ -101,6 +101,8 @@ class EditRecord:
     query_id: str
     decided_by: str
     at: str
+    note: str | None = None  # a control edit's words: "reverted ... by ...", "pinned by ...: why"
+    undoes: str | None = None  # a REVERT: the outcome of the edit it undid (what an as-of read redoes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +130,47 @@ class InsightView:
         return getattr(self.node, name)
 
 
+@dataclass(frozen=True, slots=True)
+class SimilarQuery:
+    """A past query a retrieval found similar (Eq. 2), with its cosine to the task."""
+
+    id: str
+    text: str | None
+    similarity: float
+
+
+@dataclass(frozen=True, slots=True)
+class ServedRecord:
+    """An insight a retrieval served, with the terms of its score then."""
+
+    id: str
+    text: str | None
+    score: float | None
+    support: int | None
+    conflict: int | None
+    similarity: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalAudit:
+    """What a retrieval served and why: the task, when, Eq. 2's similar queries, the ranked insights."""
+
+    id: str
+    namespace: str
+    query: str
+    at: str | None
+    similar: tuple[SimilarQuery, ...]
+    insights: tuple[ServedRecord, ...]
+
+
 __all__ = [
     "ConsolidationReport",
     "EditRecord",
     "InsightView",
     "LineageStep",
     "Retrieval",
+    "RetrievalAudit",
     "ScoredInsight",
+    "ServedRecord",
+    "SimilarQuery",
 ]

@@ -207,6 +207,13 @@ class Settings(BaseSettings):
         32, "neighbours each query keeps in the query graph, the most similar", ge=0, le=10_000
     )
     retrieval_ttl_s: int = _retrieval(86_400, "how long a retrieval can be reported on", ge=60)
+    # -- undo and look back (docs/guides/lifecycle.md)
+    as_of_window_s: int = _retrieval(
+        30 * 86_400,
+        "how far back an as-of read (retrieve or insight with as_of) may look; exact within it while "
+        "the history stream holds the edits since",
+        ge=60,
+    )
 
     # ---------------------------------------------------------------- editing (KEEP ARCHIVE REVISE ADD)
     operations: OperationsMode = _editing(

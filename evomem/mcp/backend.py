@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -68,6 +69,13 @@ class InsightOut(BaseModel):
     harmed_queries: list[str]
     lineage: list[LineageStep] = Field(description="the revision chain, oldest first")
     history: list[EditRecord] = Field(description="the edits applied to it, oldest first")
+
+
+class ControlOut(BaseModel):
+    request_id: str
+    namespace: str
+    action: str
+    status: str = Field(description="accepted: the workers apply it in order with the reported events")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +185,52 @@ class ToolBackend:
             history=list(view.history),
         )
 
+    def revert(
+        self,
+        principal: Principal,
+        *,
+        event_id: str | None = None,
+        since: str | None = None,
+        insight_id: str | None = None,
+        namespace: str | None = None,
+        reason: str | None = None,
+    ) -> ControlOut:
+        ns = self.namespace_for(principal, namespace)
+        when = None
+        if since is not None:
+            try:
+                when = datetime.fromisoformat(since)
+            except ValueError:
+                raise InvalidEventError("since", "an ISO 8601 time with its zone") from None
+        request_id = self.memory.revert(
+            event_id,
+            namespace=ns,
+            insight_id=insight_id,
+            since=when,
+            by=f"mcp:{principal.name}"[:128],
+            reason=reason,
+        )
+        self.on_report()
+        return ControlOut(request_id=request_id, namespace=ns, action="revert", status="accepted")
+
+    def pin(
+        self, principal: Principal, insight_id: str, pinned: bool, reason: str | None = None
+    ) -> ControlOut:
+        missing = NotFoundError(f"no insight {insight_id!r}")
+        try:
+            node = self.memory.insight(insight_id).node
+        except NotFoundError:
+            raise missing from None
+        if not principal.may(node.namespace):  # another tenant's insight does not exist for this caller
+            raise missing
+        call = self.memory.pin if pinned else self.memory.unpin
+        request_id = call(
+            insight_id, namespace=node.namespace, by=f"mcp:{principal.name}"[:128], reason=reason
+        )
+        self.on_report()
+        action = "pin" if pinned else "unpin"
+        return ControlOut(request_id=request_id, namespace=node.namespace, action=action, status="accepted")
+
     # -- helpers ---------------------------------------------------------------------------------
     def _query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:
         return self.memory.backend.query_texts(namespace, ids)  # a remote memory: none, ids only
@@ -231,6 +285,7 @@ def describe(exc: BaseException) -> str:
 
 
 __all__ = [
+    "ControlOut",
     "InsightOut",
     "ReportOut",
     "RetrieveOut",

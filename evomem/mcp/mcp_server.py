@@ -1,5 +1,6 @@
 """``evomem mcp``: the memory as a Model Context Protocol server (the official ``mcp`` SDK), over stdio
-or streamable HTTP, with three tools — retrieve insights, report an outcome, inspect an insight.
+or streamable HTTP, with its tools — retrieve insights, report an outcome, inspect an insight, and
+the operator's two: revert edits, pin an insight.
 
 Over HTTP every request carries a bearer token checked exactly as the HTTP service checks it (the
 same ``TokenAuth``); the SDK binds each MCP session to the token that opened it. Over stdio the
@@ -29,7 +30,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evomem.errors import ConfigError, EvomemError, StoreLockedError
 from evomem.logs import get_logger
-from evomem.mcp.backend import InsightOut, ReportOut, RetrieveOut, ToolBackend, VerdictIn, describe
+from evomem.mcp.backend import (
+    ControlOut,
+    InsightOut,
+    ReportOut,
+    RetrieveOut,
+    ToolBackend,
+    VerdictIn,
+    describe,
+)
 from evomem.runfiles import service_url
 from evomem.sdk import Memory, RemoteMemory
 from evomem.sdk.remote import acting_for
@@ -88,6 +97,16 @@ class Tools:
         )
         server.add_tool(
             self.report_outcome,
+            annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False),
+            structured_output=True,
+        )
+        server.add_tool(
+            self.revert_edits,
+            annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False),
+            structured_output=True,
+        )
+        server.add_tool(
+            self.pin_insight,
             annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False),
             structured_output=True,
         )
@@ -153,6 +172,50 @@ class Tools:
         )
         self.backend.on_report()
         return _result(f"reported: event {out.event_id} in namespace {out.namespace}", out)
+
+    def revert_edits(
+        self,
+        ctx: Context[Any, Any],
+        event_id: Annotated[str | None, Field(description="the event whose edits are undone")] = None,
+        since: Annotated[
+            str | None,
+            Field(description="or: every edit of the namespace since this ISO 8601 time (with zone)"),
+        ] = None,
+        insight_id: Annotated[
+            str | None, Field(description="with event_id: only its edits of this insight")
+        ] = None,
+        namespace: Annotated[
+            str | None, Field(description="default: the one this connection is bound to")
+        ] = None,
+        reason: str | None = None,
+    ) -> Annotated[CallToolResult, ControlOut]:
+        """Undo edits as new edits (nothing is deleted): a revised insight's previous version serves
+        again, an archived one is active again, an added one is archived, evidence is withdrawn."""
+        principal = self.caller(ctx)
+        out = _run(
+            lambda: self.backend.revert(
+                principal,
+                event_id=event_id,
+                since=since,
+                insight_id=insight_id,
+                namespace=namespace,
+                reason=reason,
+            )
+        )
+        return _result(f"revert accepted: request {out.request_id} in namespace {out.namespace}", out)
+
+    def pin_insight(
+        self,
+        ctx: Context[Any, Any],
+        insight_id: Annotated[str, Field(min_length=1, max_length=128, description="an insight's id")],
+        pinned: Annotated[bool, Field(description="true: pin it; false: unpin it")] = True,
+        reason: str | None = None,
+    ) -> Annotated[CallToolResult, ControlOut]:
+        """Pin an insight known to be right: no verdict archives or revises it while it is pinned
+        (their evidence is still recorded). Unpin to let them act again."""
+        principal = self.caller(ctx)
+        out = _run(lambda: self.backend.pin(principal, insight_id, pinned, reason))
+        return _result(f"{out.action} accepted: request {out.request_id}", out)
 
     def inspect_insight(
         self,

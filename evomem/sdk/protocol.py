@@ -4,9 +4,10 @@ to the stores) and the remote one (a client of the retrieval service) offer, wit
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Protocol
 
-from evomem.results import ConsolidationReport, InsightView, LineageStep, Retrieval
+from evomem.results import ConsolidationReport, InsightView, LineageStep, Retrieval, RetrievalAudit
 from schemas import TaskEvent
 
 
@@ -15,7 +16,13 @@ class Backend(Protocol):
     remote: bool
 
     def retrieve(
-        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        as_of: datetime | None = None,
     ) -> Retrieval: ...
 
     def report(
@@ -30,11 +37,47 @@ class Backend(Protocol):
 
     def consolidate(self, max_events: int | None = None) -> ConsolidationReport: ...
 
-    def insight(self, insight_id: str, namespace: str | None = None) -> InsightView: ...
+    def insight(
+        self, insight_id: str, namespace: str | None = None, *, as_of: datetime | None = None
+    ) -> InsightView: ...
 
     def lineage(self, insight_id: str) -> list[LineageStep]: ...
 
     def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]: ...
+
+    def retrieval(self, retrieval_id: str, namespace: str = "default") -> RetrievalAudit: ...
+
+    def revert(
+        self,
+        event_id: str | None = None,
+        *,
+        namespace: str = "default",
+        insight_id: str | None = None,
+        since: datetime | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    def pin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    def unpin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
 
     def close(self) -> None: ...
 

@@ -9,6 +9,7 @@ import json
 import urllib.parse
 from collections.abc import Iterator
 from contextvars import ContextVar
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -28,9 +29,12 @@ from evomem.results import (
     InsightView,
     LineageStep,
     Retrieval,
+    RetrievalAudit,
     ScoredInsight,
+    ServedRecord,
+    SimilarQuery,
 )
-from evomem.sdk.calls import build_event, check_retrieve_args
+from evomem.sdk.calls import build_control, build_event, check_retrieve_args
 from evomem.settings import Settings
 from schemas import InsightNode, TaskEvent
 
@@ -122,10 +126,22 @@ class RemoteBackend:
 
     # -- the same calls as the local backend -----------------------------------------------------
     def retrieve(
-        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        as_of: datetime | None = None,
     ) -> Retrieval:
         check_retrieve_args(query, namespace, top_k, budget)
-        body = {"query": query, "namespace": namespace, "top_k": top_k, "budget": budget}
+        body = {
+            "query": query,
+            "namespace": namespace,
+            "top_k": top_k,
+            "budget": budget,
+            "as_of": as_of.isoformat() if as_of is not None else None,
+        }
         doc = self._call("POST", "/v1/retrieve", json.dumps({k: v for k, v in body.items() if v is not None}))
         insights = tuple(
             ScoredInsight(
@@ -163,10 +179,15 @@ class RemoteBackend:
         """Consolidation runs in the service's workers; nothing to do from a client."""
         return ConsolidationReport()
 
-    def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:
+    def insight(
+        self, insight_id: str, namespace: str | None = None, *, as_of: datetime | None = None
+    ) -> InsightView:
         if not isinstance(insight_id, str) or not insight_id:
             raise NotFoundError(f"no insight {insight_id!r}")
-        view = _insight_view(self._call("GET", f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}"))
+        path = f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}"
+        if as_of is not None:
+            path += "?" + urllib.parse.urlencode({"as_of": as_of.isoformat()})
+        view = _insight_view(self._call("GET", path))
         if namespace is not None and view.node.namespace != namespace:
             raise NotFoundError(f"no insight {insight_id!r} in namespace {namespace!r}")
         return view
@@ -178,6 +199,84 @@ class RemoteBackend:
         path = f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}/lineage"
         steps = self._call("GET", path)["lineage"]
         return [LineageStep(e["id"], e["text"], e["state"], e["version"]) for e in steps]
+
+    def retrieval(self, retrieval_id: str, namespace: str = "default") -> RetrievalAudit:
+        query = urllib.parse.urlencode({"namespace": namespace})
+        doc = self._call("GET", f"/v1/retrievals/{urllib.parse.quote(retrieval_id, safe='')}?{query}")
+        return RetrievalAudit(
+            doc["id"],
+            doc["namespace"],
+            doc["query"],
+            doc["at"],
+            tuple(SimilarQuery(**q) for q in doc["similar"]),
+            tuple(ServedRecord(**i) for i in doc["insights"]),
+        )
+
+    # -- the operator's calls (the service says who asks: the token's name) ----------------------------
+    def revert(
+        self,
+        event_id: str | None = None,
+        *,
+        namespace: str = "default",
+        insight_id: str | None = None,
+        since: datetime | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        build_control(  # the same refusals as the local memory, before the round trip
+            "revert",
+            namespace,
+            by or "remote",
+            event_id=event_id,
+            insight_id=insight_id,
+            since=since,
+            reason=reason,
+            request_id=request_id,
+        )
+        body = {
+            "namespace": namespace,
+            "event_id": event_id,
+            "insight_id": insight_id,
+            "since": since.isoformat() if since is not None else None,
+            "reason": reason,
+            "request_id": request_id,
+        }
+        doc = self._call("POST", "/v1/revert", json.dumps({k: v for k, v in body.items() if v is not None}))
+        return str(doc["request_id"])
+
+    def pin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return self._pin("pin", insight_id, namespace, reason, request_id)
+
+    def unpin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return self._pin("unpin", insight_id, namespace, reason, request_id)
+
+    def _pin(
+        self, action: str, insight_id: str, namespace: str | None, reason: str | None, request_id: str | None
+    ) -> str:
+        if namespace is not None:
+            self.insight(insight_id, namespace)  # NotFoundError unless it is an insight of that namespace
+        if not isinstance(insight_id, str) or not insight_id:
+            raise NotFoundError(f"no insight {insight_id!r}")
+        body = {k: v for k, v in {"reason": reason, "request_id": request_id}.items() if v is not None}
+        path = f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}/{action}"
+        return str(self._call("POST", path, json.dumps(body))["request_id"])
 
     def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:
         """The HTTP API shows past queries by id only: no texts."""

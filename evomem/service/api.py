@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -10,7 +12,7 @@ from pydantic.json_schema import models_json_schema
 
 from evomem.results import EditRecord, LineageStep
 from schemas import InsightNode, TaskEvent
-from schemas.models import Namespace
+from schemas.models import MAX_INSIGHT_CHARS, Namespace, NodeId
 
 
 class _Body(BaseModel):
@@ -28,6 +30,9 @@ class RetrieveRequest(_Body):
     namespace: Namespace = "default"
     top_k: Annotated[int, Field(ge=1, le=1000), BeforeValidator(_not_a_bool)] | None = None
     budget: Annotated[int, Field(ge=1, le=100), BeforeValidator(_not_a_bool)] | None = None
+    as_of: datetime | None = Field(
+        None, description="what the memory as it stood then would have served (RFC 3339 with a zone; audit)"
+    )
 
 
 class ServedInsight(_Body):
@@ -75,6 +80,58 @@ class LineageResponse(_Body):
     lineage: list[LineageStep]
 
 
+class RevertRequest(_Body):
+    """Undo an event's edits (with ``insight_id``: only its edits of that insight), or every edit of
+    the namespace applied since a time. Nothing is deleted: the inverse edits are applied."""
+
+    namespace: Namespace = "default"
+    event_id: NodeId | None = None
+    insight_id: NodeId | None = None
+    since: datetime | None = Field(None, description="RFC 3339 with a time zone")
+    reason: Annotated[str, Field(max_length=MAX_INSIGHT_CHARS)] | None = None
+    request_id: uuid.UUID | None = Field(
+        None, description="made by the client: the same id twice is one request"
+    )
+
+
+class PinRequest(_Body):
+    reason: Annotated[str, Field(max_length=MAX_INSIGHT_CHARS)] | None = None
+    request_id: uuid.UUID | None = Field(
+        None, description="made by the client: the same id twice is one request"
+    )
+
+
+class ControlAccepted(_Body):
+    request_id: str
+    entry_id: str = Field(
+        description="the request's entry on the event stream, applied in order with the events"
+    )
+
+
+class SimilarQueryBody(_Body):
+    id: str
+    text: str | None
+    similarity: float
+
+
+class ServedRecordBody(_Body):
+    id: str
+    text: str | None
+    score: float | None
+    support: int | None
+    conflict: int | None
+    similarity: float | None
+
+
+class RetrievalAuditResponse(_Body):
+    id: str
+    namespace: str
+    query: str
+    at: str | None
+    similar: list[SimilarQueryBody]
+    insights: list[ServedRecordBody]
+
+
 class ErrorBody(_Body):
     error: str
     field: str | None = None
@@ -113,7 +170,7 @@ class RouteSpec:
 ERROR_TEXT: dict[int, str] = {
     401: "no or unknown token",
     403: "the token may not use this namespace; or, without tokens, a request from another origin or host",
-    404: "no such insight",
+    404: "no such insight (or, for a revert, no applied event of that id)",
     408: "the body came too slowly",
     413: "the body is larger than EVOMEM_HTTP_MAX_BODY_BYTES",
     415: "the body is not JSON",
@@ -146,9 +203,9 @@ ROUTES: tuple[RouteSpec, ...] = (
         "GET",
         "/v1/insights/{id}",
         "insight",
-        "an insight with its evidence and history",
+        "an insight with its evidence and history (?as_of=: as it stood then)",
         response=InsightResponse,
-        errors=(401, 403, 404, 503),
+        errors=(401, 403, 404, 422, 503),
     ),
     RouteSpec(
         "GET",
@@ -157,6 +214,44 @@ ROUTES: tuple[RouteSpec, ...] = (
         "the revision chain through an insight",
         response=LineageResponse,
         errors=(401, 403, 404, 503),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/retrievals/{id}",
+        "retrieval",
+        "what a retrieval served and why (?namespace=, default 'default'), while its record is kept",
+        response=RetrievalAuditResponse,
+        errors=(401, 403, 404, 422, 503),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/revert",
+        "revert",
+        "undo an event's edits, or every edit of a namespace since a time, as new edits",
+        status=202,
+        request=RevertRequest,
+        response=ControlAccepted,
+        errors=(401, 403, 404, 408, 413, 415, 422, 503),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/insights/{id}/pin",
+        "pin",
+        "keep an insight as it is: no verdict archives or revises it",
+        status=202,
+        request=PinRequest,
+        response=ControlAccepted,
+        errors=(401, 403, 404, 408, 413, 415, 422, 503),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/insights/{id}/unpin",
+        "unpin",
+        "let verdicts archive or revise a pinned insight again",
+        status=202,
+        request=PinRequest,
+        response=ControlAccepted,
+        errors=(401, 403, 404, 408, 413, 415, 422, 503),
     ),
     RouteSpec(
         "GET",
@@ -220,13 +315,17 @@ def openapi(routes: tuple[RouteSpec, ...] = ROUTES) -> dict[str, Any]:
 
 __all__ = [
     "ROUTES",
+    "ControlAccepted",
     "ErrorBody",
     "EventAccepted",
     "HealthResponse",
     "InsightResponse",
     "LineageResponse",
+    "PinRequest",
+    "RetrievalAuditResponse",
     "RetrieveRequest",
     "RetrieveResponse",
+    "RevertRequest",
     "RouteSpec",
     "ServedInsight",
     "openapi",

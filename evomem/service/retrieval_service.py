@@ -8,25 +8,33 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
-from evomem.errors import EvomemError, NotFoundError, StoreError, TransientError
+from evomem.errors import EvomemError, InvalidEventError, NotFoundError, StoreError, TransientError
 from evomem.logs import bind, get_logger
+from evomem.pipeline.asof import audit_retrieval
+from evomem.pipeline.consolidate import check_target
 from evomem.results import EditRecord, LineageStep
 from evomem.runtime import Runtime
+from evomem.sdk.calls import build_control, check_namespace
 from evomem.service.api import (
+    ControlAccepted,
     EventAccepted,
     InsightResponse,
     LineageResponse,
+    PinRequest,
+    RetrievalAuditResponse,
     RetrieveRequest,
     RetrieveResponse,
+    RevertRequest,
     ServedInsight,
     Staleness,
 )
 from evomem.service.auth import Principal, TokenAuth
 from evomem.service.connections import connection_counts
 from evomem.service.metrics import Metrics
-from schemas import InsightNode, TaskEvent
+from schemas import ControlRequest, InsightNode, TaskEvent
 
 log = get_logger("evomem.service")
 
@@ -144,7 +152,12 @@ class RetrievalService:
         retriever = self.runtime.retriever
         assert retriever is not None  # the service always opens its index
         try:
-            r = retriever.retrieve(body.query, body.namespace, top_k=body.top_k, budget=body.budget)
+            if body.as_of is not None:  # an audit read: the namespace as it stood then, nothing recorded
+                r = self.runtime.retrieve_as_of(
+                    body.query, body.namespace, body.as_of, top_k=body.top_k, budget=body.budget
+                )
+            else:
+                r = retriever.retrieve(body.query, body.namespace, top_k=body.top_k, budget=body.budget)
         except TransientError:
             # Redis is unreachable: serve from Qdrant alone, without the query-graph expansion and
             # without a retrieval record, and say so rather than fail the agent.
@@ -184,8 +197,20 @@ class RetrievalService:
         return EventAccepted(event_id=str(event.event_id), entry_id=entry_id)
 
     # -- insights ------------------------------------------------------------------------------------
-    def insight(self, principal: Principal, insight_id: str) -> InsightResponse:
+    def insight(self, principal: Principal, insight_id: str, as_of: str | None = None) -> InsightResponse:
         view = self._visible(principal, insight_id)
+        if as_of is not None:
+            at = _time("as_of", as_of)
+            found = self.runtime.insight_as_of(insight_id, at)
+            if found is None:
+                raise NotFoundError(f"no insight {insight_id!r} at {as_of}")
+            node, history = found
+            then = {i for i, n in self.runtime.graph.insights(view.lineage).items() if n.created_at <= at}
+            return InsightResponse(
+                insight=node,
+                lineage=[i for i in view.lineage if i in then],
+                history=list(history),
+            )
         return InsightResponse(insight=view.node, lineage=list(view.lineage), history=list(view.history))
 
     def lineage(self, principal: Principal, insight_id: str) -> LineageResponse:
@@ -214,6 +239,34 @@ class RetrievalService:
             return _View(node, tuple(graph.lineage(insight_id)), tuple(graph.history(insight_id)))
         except StoreError:
             raise missing from None  # a key of another kind under this name: no insight has this id
+
+    def retrieval(self, principal: Principal, retrieval_id: str, namespace: str) -> RetrievalAuditResponse:
+        namespace = check_namespace(namespace)
+        principal.check(namespace)
+        found = audit_retrieval(self.runtime.graph, namespace, retrieval_id)
+        if found is None:
+            raise NotFoundError(f"no retrieval {retrieval_id!r} in namespace {namespace!r} (or it expired)")
+        return RetrievalAuditResponse.model_validate(asdict(found))
+
+    # -- the operator's requests: revert, pin, unpin ---------------------------------------------------
+    def revert(self, principal: Principal, body: RevertRequest) -> ControlAccepted:
+        bind(namespace=body.namespace)
+        principal.check(body.namespace)
+        fields = body.model_dump(exclude={"namespace"})
+        return self._control(build_control("revert", body.namespace, principal.name, **fields))
+
+    def pin(self, principal: Principal, insight_id: str, body: PinRequest, action: str) -> ControlAccepted:
+        node = self._visible(principal, insight_id).node  # another tenant's insight: 404
+        fields = body.model_dump()
+        return self._control(
+            build_control(action, node.namespace, principal.name, insight_id=insight_id, **fields)
+        )
+
+    def _control(self, request: ControlRequest) -> ControlAccepted:
+        bind(request_id=str(request.request_id))
+        check_target(self.runtime.graph, request)
+        entry_id = self.runtime.events.publish_control(request)
+        return ControlAccepted(request_id=str(request.request_id), entry_id=entry_id)
 
     # -- health --------------------------------------------------------------------------------------
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -302,6 +355,13 @@ class RetrievalService:
             return projector.lag() if projector is not None else 0
         except (EvomemError, OSError):
             return -1
+
+
+def _time(name: str, value: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidEventError(name, "an RFC 3339 time with its zone") from None
 
 
 __all__ = ["RedisProbe", "RetrievalService"]

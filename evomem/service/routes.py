@@ -26,7 +26,7 @@ from starlette.routing import Route
 from evomem import timings
 from evomem.errors import TransientError
 from evomem.logs import adopt, bind, bound, carried, get_logger
-from evomem.service.api import ROUTES, RetrieveRequest, RouteSpec, openapi
+from evomem.service.api import ROUTES, PinRequest, RetrieveRequest, RevertRequest, RouteSpec, openapi
 from evomem.service.auth import Principal
 from evomem.service.http_errors import (
     CLOSE_AFTER,
@@ -97,6 +97,10 @@ class Api:
             "events": self._events,
             "insight": self._insight,
             "lineage": self._lineage,
+            "retrieval": self._retrieval,
+            "revert": self._revert,
+            "pin": self._pin,
+            "unpin": self._pin,
             "healthz": self._health,
             "metrics": self._metrics,
             "openapi": self._openapi_doc,
@@ -285,10 +289,24 @@ class Api:
     async def _insight(self, call: _Call) -> Response:
         assert call.principal is not None
         principal, insight_id = call.principal, call.request.path_params["id"]
+        as_of = call.request.query_params.get("as_of")
         return _json(
             200,
             await self._off_loop(
-                lambda: _dump(self.service.insight(principal, insight_id)), self._cold, call.record
+                lambda: _dump(self.service.insight(principal, insight_id, as_of)), self._cold, call.record
+            ),
+        )
+
+    async def _retrieval(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, retrieval_id = call.principal, call.request.path_params["id"]
+        namespace = call.request.query_params.get("namespace", "default")
+        return _json(
+            200,
+            await self._off_loop(
+                lambda: _dump(self.service.retrieval(principal, retrieval_id, namespace)),
+                self._cold,
+                call.record,
             ),
         )
 
@@ -301,6 +319,27 @@ class Api:
                 lambda: _dump(self.service.lineage(principal, insight_id)), self._cold, call.record
             ),
         )
+
+    async def _revert(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, body = call.principal, call.body
+
+        def work() -> bytes:
+            return _dump(self.service.revert(principal, RevertRequest.model_validate_json(body)))
+
+        return _json(202, await self._off_loop(work, self._hot, call.record))
+
+    async def _pin(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, body = call.principal, call.body
+        insight_id = call.request.path_params["id"]
+        action = call.request.url.path.rsplit("/", 1)[-1]  # pin | unpin
+
+        def work() -> bytes:
+            request = PinRequest.model_validate_json(body or b"{}")
+            return _dump(self.service.pin(principal, insight_id, request, action))
+
+        return _json(202, await self._off_loop(work, self._hot, call.record))
 
     async def _health(self, call: _Call) -> Response:
         try:

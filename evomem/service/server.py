@@ -3,6 +3,7 @@ before anything else is opened, so that a port in use fails fast and leaves noth
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import signal

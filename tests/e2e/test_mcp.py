@@ -24,7 +24,7 @@ from evomem import Memory, Settings
 from evomem.mcp.mcp_server import LocalToolBackend, MCPHTTPServer, build
 from evomem.service.auth import OPEN
 
-TOOLS = {"retrieve_insights", "report_outcome", "inspect_insight"}
+TOOLS = {"retrieve_insights", "report_outcome", "inspect_insight", "revert_edits", "pin_insight"}
 TOKENS = "tok-alpha=alpha;tok-beta=beta"
 WAIT_S = 60.0
 
@@ -114,6 +114,26 @@ async def learn_and_revise(client: Client, namespace: str, settle: Any, *, query
     )
     assert "revised_text" in text
 
+    # the operator's tools: the revision undone, the insight pinned
+    undone = await ok(client, "revert_edits", event_id=reported["event_id"], reason="a wrong revision")
+    assert undone["namespace"] == namespace and undone["action"] == "revert"
+    await settle()
+
+    async def restored() -> dict[str, Any] | None:
+        view = await ok(client, "inspect_insight", insight_id=insight["id"])
+        return view if view["state"] == "active" else None
+
+    view = await eventually(restored, "the revert to restore the insight")
+    assert view["history"][-1]["op"] == "REVERT" and "a wrong revision" in view["history"][-1]["note"]
+    await ok(client, "pin_insight", insight_id=insight["id"], reason="checked by hand")
+    await settle()
+
+    async def pinned() -> dict[str, Any] | None:
+        view = await ok(client, "inspect_insight", insight_id=insight["id"])
+        return view if view["history"][-1]["op"] == "PIN" else None
+
+    await eventually(pinned, "the pin to be applied")
+
 
 # -- in process ------------------------------------------------------------------------------------
 def test_in_process_client_lists_retrieves_reports_and_inspects(
@@ -165,6 +185,8 @@ def test_stdio_process_serves_its_token_namespace_only(
             )
             assert "may not use namespace 'beta'" in text
             text = await refused(client, "report_outcome", status="resolved", query="x", namespace="beta")
+            assert "may not use namespace 'beta'" in text
+            text = await refused(client, "revert_edits", since="2020-01-01T00:00:00+00:00", namespace="beta")
             assert "may not use namespace 'beta'" in text
 
     anyio.run(run)

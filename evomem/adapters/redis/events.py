@@ -15,7 +15,7 @@ from evomem.adapters.redis.connection import Client, durable, is_cluster, mapped
 from evomem.core.editing import event_digest
 from evomem.core.ports import Entry
 from evomem.errors import InvalidEventError, StoreError, TransientError
-from schemas import TaskEvent
+from schemas import ControlRequest, TaskEvent
 
 # Checks that every insight the event names exists in its namespace and that its event id was not
 # applied or decided before for other content (ARGV[2], the event's digest); returns the first
@@ -53,6 +53,8 @@ def _s(v: Any) -> str:
 
 def _entry(entry_id: Any, fields: Any) -> Entry:
     raw = fields.get(b"event") if fields else None
+    if raw is None and fields and b"control" in fields:
+        return Entry(_s(entry_id), fields[b"control"], 1, None, "control")
     missing = tuple(_s(k) for k in fields) if fields and raw is None else None
     return Entry(_s(entry_id), raw, 1, missing)
 
@@ -117,6 +119,15 @@ class EventStream:
             raise InvalidEventError(field, f"no insight {bad!r} in namespace {event.namespace!r}")
         return res[3:]
 
+    def publish_control(self, request: ControlRequest) -> str:
+        """Append an operator's request as one entry with the field ``control``."""
+        try:
+            entry_id = _s(self.r.xadd(self.stream, {"control": request.model_dump_json()}))
+            durable(self.r, [self.stream], self.wait_replicas, self.wait_timeout_ms)
+        except TransientError as exc:
+            raise TransientError("redis unreachable; the request was not published") from exc
+        return entry_id
+
     def publish_raw(self, document: str | bytes) -> str:
         """Append a document as it is, unvalidated (what a foreign publisher's XADD does)."""
         return _s(self.r.xadd(self.stream, {"event": document}))
@@ -161,7 +172,7 @@ class EventStream:
             self.stream, self.group, min=entries[0].id, max=entries[-1].id, count=len(entries) * 2
         )
         counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
-        return [Entry(e.id, e.raw, counts.get(e.id, 1), e.fields) for e in entries]
+        return [Entry(e.id, e.raw, counts.get(e.id, 1), e.fields, e.kind) for e in entries]
 
     def claim_stale(self, consumer: str, min_idle_ms: int, count: int) -> list[Entry]:
         """Take over entries that another consumer was given and has not acked for ``min_idle_ms``
@@ -228,6 +239,8 @@ class EventStream:
             "at": str(time.time()),
             "event": entry.raw if entry.raw is not None else b"",
         }
+        if entry.kind == "control":  # an operator's request: replayed as one
+            doc["kind"] = "control"
         # one MULTI on one server; on a cluster the two streams are in two slots, so the dead letter
         # goes first and the ack after: a process that dies in between leaves the entry pending,
         # to be dead-lettered again — never lost
@@ -265,15 +278,16 @@ class EventStream:
             document = items[0][1].get(b"event") if items else None
             if not document:
                 continue
+            field = "control" if items[0][1].get(b"kind") == b"control" else "event"
             # back on the stream (the bytes as they were, not a decoded copy) and out of the dead
             # letters: one MULTI on one server; on a cluster in that order, so a failure in between
             # leaves it in both, and applying it twice is a no-op
             if self.clustered:
-                new_id = self.r.xadd(self.stream, {"event": document})
+                new_id = self.r.xadd(self.stream, {field: document})
                 self.r.xdel(keys.DLQ_STREAM, dlq_id)
             else:
                 pipe = self.r.pipeline(transaction=True)
-                pipe.xadd(self.stream, {"event": document})
+                pipe.xadd(self.stream, {field: document})
                 pipe.xdel(keys.DLQ_STREAM, dlq_id)
                 new_id, _ = pipe.execute()
             new_ids.append(_s(new_id))
