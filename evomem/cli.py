@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import sys
 import textwrap
 import traceback
@@ -291,6 +292,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
             print(f"  {model:<24} {m['prompt_tokens']} + {m['completion_tokens']} tokens")
         if llm.get("failures"):
             print("  failed tries   " + ", ".join(f"{k} {v}" for k, v in sorted(llm["failures"].items())))
+    tiers = (stats.get("index") or {}).get("tiers")
+    if tiers:
+        print(
+            f"index tiers    {tiers['shared_namespaces']} namespace(s) in {tiers['shared_shards']} shared "
+            f"shard(s), {tiers['promoted_namespaces']} promoted to their own "
+            f"({tiers['own_shards_open']} open; promoted at {tiers['promote_at']} queries)"
+        )
     for d in stats["recent_dead_letters"]:
         print(f"dead letter    {d['id']}  {d['reason'][:DEAD_LETTER_CHARS]}")
     for ns, d in stats["namespaces"].items():
@@ -312,10 +320,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
 # -- the pipeline: workers, the retrieval side, dead letters ------------------------------------
 def cmd_worker(args: argparse.Namespace) -> int:
     """A Celery consolidation worker (``celery -A workers.app worker`` with the right options)."""
-    import os
-
     settings = Settings()
-    from evomem.runtime import broker_redis_url
+    from evomem.runtime import broker_redis_url, hold_redis
+
+    # the embedded Redis this worker may start is held until it stops, then stopped if nobody else
+    # uses it (it was left running before)
+    _, release = hold_redis(settings)
+    try:
+        return _run_worker(args, settings, broker_redis_url)
+    finally:
+        release()
+
+
+def _run_worker(args: argparse.Namespace, settings: Settings, broker_redis_url: Any) -> int:
+    import os
 
     broker_redis_url(settings)  # a cluster without a broker is refused here, not by Celery's fallback
     port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
@@ -429,7 +447,8 @@ def cmd_tokens(args: argparse.Namespace) -> int:
             if args.json:
                 _out([asdict(r) for r in records])
             for r in records if not args.json else []:
-                print(f"{r.id}  {r.created_at}  {','.join(r.namespaces):<24} {r.name}")
+                shown = f"{r.id}  {r.created_at}  {','.join(r.namespaces):<24} {r.name}"
+                print(_printable(shown))
             if not records and not args.json:
                 print("no run-time tokens (EVOMEM_TOKENS are not listed)")
         else:
@@ -512,9 +531,16 @@ def _show_settings(args: argparse.Namespace) -> int:
 
 
 def _required_namespace(args: argparse.Namespace) -> str:
+    from evomem.sdk.calls import check_namespace
+
     if not args.namespace:
         raise CommandError(f"evomem settings {args.action} needs a namespace")
-    return str(args.namespace)
+    return check_namespace(args.namespace)  # never `*`, `{x}` or a line break
+
+
+def _printable(text: str) -> str:
+    """``text`` with its control characters escaped: a name cannot move the cursor or forge a line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
@@ -539,6 +565,27 @@ def cmd_dlq(args: argparse.Namespace) -> int:
             ids = [d["id"] for d in mem.stream.dlq(1_000_000)] if args.all else args.ids
             replayed = mem.stream.replay(ids)
             print(f"replayed {len(replayed)} event(s)")
+    return 0
+
+
+def cmd_changes(args: argparse.Namespace) -> int:
+    """The changes the projector skipped (their data could never apply): list, replay, drop."""
+    with _open() as mem:
+        feed = mem.runtime.changes
+        if args.action == "list":
+            letters = feed.dead_changes(args.count)
+            if args.json:
+                _out(letters)
+            for d in letters if not args.json else []:
+                print(f"{d['dead_id']}  {d['kind']} {d['ns']}/{d['id']}  {d['reason'][:100]!r}")
+            if not letters and not args.json:
+                print("no skipped changes")
+            return 0
+        ids = [d["dead_id"] for d in feed.dead_changes(1_000_000)] if args.all else args.ids
+        if args.action == "replay":
+            print(f"replayed {feed.replay_dead(ids)} change(s)")
+        else:
+            print(f"dropped {feed.drop_dead(ids)} change(s)")
     return 0
 
 
@@ -568,7 +615,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     if progress.wanted(args.progress):
         lines = progress.iterate(lines, "import", text.count("\n") + (not text.endswith("\n")), True)
     with _open() as mem:
-        counts = mem.runtime.import_records(lines)
+        try:
+            counts = mem.runtime.import_records(lines, set(args.namespace) if args.namespace else None)
+        except InvalidEventError as exc:
+            sys.stderr.write(f"evomem: import refused, nothing written: {exc}\n")
+            return 2
     print(
         f"imported {counts['queries']} queries and {counts['insights']} insights; "
         f"{counts['skipped']} already present"
@@ -775,6 +826,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_dlq)
 
+    sp = sub.add_parser("changes", help="changes the projector skipped: list, replay, drop")
+    sp.add_argument("action", choices=["list", "replay", "drop"])
+    sp.add_argument("ids", nargs="*", help="their ids, as `list` shows them")
+    sp.add_argument("--all", action="store_true", help="every skipped change")
+    sp.add_argument("--count", type=int, default=50)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_changes)
+
     sp = sub.add_parser("export", help="write a memory's nodes as JSON lines")
     sp.add_argument("-n", "--namespace", action="append", help="only these namespaces (repeatable)")
     sp.add_argument("-o", "--output", help="a file; default standard output")
@@ -783,6 +842,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("import", help="load an export (idempotent)")
     sp.add_argument("file", help="an export file; - reads standard input")
+    sp.add_argument(
+        "-n", "--namespace", action="append", help="refuse any record of another namespace (repeatable)"
+    )
     progress.add_flag(sp)
     sp.set_defaults(func=cmd_import)
 
@@ -815,6 +877,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             tracing.configure(Settings())
         code: int = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader left (`| head`): what it wanted was written; say nothing, like other tools
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except BaseException as exc:  # every error leaves as one line; --debug shows its traceback
         if isinstance(exc, SystemExit):
             raise

@@ -24,6 +24,7 @@ EVENTS_STREAM = f"{PREFIX}:events"  # task events, field "event" = JSON document
 CHANGES_STREAM = f"{PREFIX}:changes"  # (kind, ns, id, version) of every changed node, for projectors
 HISTORY_STREAM = f"{PREFIX}:history"  # append-only edit history, one entry per applied edit
 DLQ_STREAM = f"{PREFIX}:dlq"  # dead letters, with the reason
+CHANGES_DEAD = f"{PREFIX}:changes:dead"  # changes the projector could never apply, with the reason
 CONSUMER_GROUP = "consolidators"
 NAMESPACES = f"{PREFIX}:namespaces"  # set of namespaces ever written
 INSIGHT_DIRECTORY = f"{PREFIX}:ids"  # hash: insight id -> its namespace (insight ids are unique)
@@ -161,6 +162,12 @@ def applied(namespace: str, event_id: str) -> str:
 
 def decision(namespace: str, event_id: str) -> str:
     return _key(namespace, "decision", event_id)
+
+
+def published(namespace: str, event_id: str) -> str:
+    """The digest of an event as it was published, for a day: a conflicting one is refused at once,
+    before the first is consolidated (after, ``applied`` and ``decision`` say so)."""
+    return _key(namespace, "published", event_id)
 
 
 def retrieval(namespace: str, retrieval_id: str) -> str:

@@ -21,7 +21,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -186,6 +186,10 @@ def open_index(settings: Settings) -> VectorIndex:
             embedder.dim,
             settings.index_memory,
             idf=settings.similarity == "idf",
+            shared_shards=settings.index_shared_shards,
+            promote_at=settings.index_promote_at,
+            open_shards=settings.index_open_shards,
+            df_table=settings.index_df_table,
         )
     from evomem.adapters.qdrant.client import ClientIndex
 
@@ -299,9 +303,11 @@ class Runtime:
 
         return summary(self.redis, self.settings)
 
-    def import_records(self, lines: Iterable[str]) -> dict[str, int]:
-        """Load an export (``evomem import``)."""
-        return import_jsonl(self.redis, lines)
+    def import_records(
+        self, lines: Iterable[str], namespaces: Collection[str] | None = None
+    ) -> dict[str, int]:
+        """Load an export (``evomem import``), confined to ``namespaces`` when given."""
+        return import_jsonl(self.redis, lines, namespaces)
 
     # -- as-of reads (evomem.pipeline.lookback) ---------------------------------------------------------
     def retrieve_as_of(

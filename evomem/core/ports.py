@@ -64,6 +64,8 @@ class Change:
     namespace: str
     id: str
     version: int
+    problem: str | None = None
+    """Why the entry cannot be a change (a malformed field): the projector skips it to a dead letter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,6 +406,10 @@ class ChangeFeed(Protocol):
         ...
 
     def save_cursor(self, identity: str, cursor: str) -> None: ...
+
+    def dead_letter(self, change: Change, reason: str) -> None:
+        """Keep a change that can never be applied, with why, so that it can be replayed or dropped."""
+        ...
 
 
 class Embedder(Protocol):

@@ -14,7 +14,7 @@ import contextlib
 import json
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -26,7 +26,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evomem.errors import ConfigError, EvomemError, StoreLockedError
 from evomem.logs import get_logger
@@ -41,7 +41,9 @@ from evomem.mcp.backend import (
 )
 from evomem.runfiles import service_url
 from evomem.sdk import Memory, RemoteMemory
+from evomem.sdk.remote import acting_for
 from evomem.service.auth import OPEN, Principal, TokenAuth, Unauthorized
+from evomem.service.edge import EdgeLimits, uvicorn_config
 from evomem.settings import Settings
 
 log = get_logger("evomem.mcp")
@@ -58,10 +60,23 @@ INSTRUCTIONS = (
 class Tools:
     """The MCP server's tools, bound to a backend and to how a caller's principal is found."""
 
-    def __init__(self, backend: ToolBackend, principal: Principal, auth: TokenAuth | None) -> None:
+    def __init__(
+        self, backend: ToolBackend, principal: Principal, auth: TokenAuth | None, *, forward: bool = False
+    ) -> None:
         self.backend = backend
         self.principal = principal  # stdio's, or open HTTP's
         self.auth = auth  # HTTP with tokens: each request's own principal
+        # HTTP in front of a service, with no tokens of its own: each caller's token goes on to the
+        # service, which checks it; the process's own EVOMEM_TOKEN is never lent to a caller
+        self.forward = forward
+
+    def _run(self, ctx: Context[Any, Any], fn: Any) -> Any:
+        if not self.forward:
+            return _run(fn)
+        request = ctx.request_context.request
+        headers = getattr(request, "headers", None)
+        with acting_for(headers.get("authorization") if headers is not None else None):
+            return _run(fn)
 
     def caller(self, ctx: Context[Any, Any]) -> Principal:
         """The principal of this call: the token of its HTTP request, or the process's own."""
@@ -112,7 +127,7 @@ class Tools:
     ) -> Annotated[CallToolResult, RetrieveOut]:
         """Insights learned from similar past tasks, ranked by how often they helped minus how often
         they misled; the result's prompt is ready to put in your context, each insight with its id."""
-        out = _run(lambda: self.backend.retrieve(self.caller(ctx), query, namespace, budget))
+        out = self._run(ctx, lambda: self.backend.retrieve(self.caller(ctx), query, namespace, budget))
         return _result(out.prompt, out)
 
     def report_outcome(
@@ -140,7 +155,8 @@ class Tools:
         support, harmful ones lose it (and are archived once they mislead too often), a partial one
         is revised to your text, and a proposed insight is added unless it repeats one."""
         principal = self.caller(ctx)
-        out = _run(
+        out = self._run(
+            ctx,
             lambda: self.backend.report(
                 principal,
                 status,
@@ -152,7 +168,7 @@ class Tools:
                 final_answer=final_answer,
                 feedback=feedback,
                 trajectory=trajectory,
-            )
+            ),
         )
         self.backend.on_report()
         return _result(f"reported: event {out.event_id} in namespace {out.namespace}", out)
@@ -208,7 +224,7 @@ class Tools:
     ) -> Annotated[CallToolResult, InsightOut]:
         """An insight's evidence (the past tasks it helped and harmed), its state, its revision
         lineage and every edit applied to it."""
-        out = _run(lambda: self.backend.inspect(self.caller(ctx), insight_id))
+        out = self._run(ctx, lambda: self.backend.inspect(self.caller(ctx), insight_id))
         text = (
             f"[{out.id}] {out.state}, v{out.version}, helped {out.helped}, harmed {out.harmed}: {out.text}\n"
             + "lineage: "
@@ -233,42 +249,82 @@ def _result(text: str, out: Any) -> CallToolResult:
 class BearerGate:
     """The HTTP transport's door: the same bearer tokens as the HTTP service, checked before the SDK
     sees the request. The principal rides in ``scope["user"]`` as the SDK's ``AuthenticatedUser``,
-    so the SDK binds each session to the token that opened it, and the tools read it back."""
+    so the SDK binds each session to the token that opened it, and the tools read it back.
 
-    def __init__(self, app: ASGIApp, auth: TokenAuth) -> None:
+    It also holds each token to ``sessions_per_token`` open sessions (the SDK's own cap is one for
+    the whole server, which one tenant could fill): a request that would open one more gets 429.
+    ``live`` tells which session ids the SDK still holds (closed, expired and idle-reaped ones go)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        auth: TokenAuth,
+        *,
+        sessions_per_token: int | None = None,
+        live: Callable[[], Collection[str]] | None = None,
+    ) -> None:
         self.app = app
         self.auth = auth
+        self.sessions_per_token = sessions_per_token
+        self.live = live
+        self._sessions: dict[str, set[str]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.auth.enabled:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
-        try:
-            principal = self.auth.authenticate(header)
-        except Unauthorized as exc:
-            body = json.dumps({"error": str(exc), "field": "Authorization"}).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b'Bearer realm="evomem"'),
-                    ],
-                }
+        owner = ""  # open: the whole server is one owner
+        if self.auth.enabled:
+            header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+            try:
+                principal = self.auth.authenticate(header)
+            except Unauthorized as exc:
+                await _refuse(
+                    send, 401, str(exc), "Authorization", {b"www-authenticate": b'Bearer realm="evomem"'}
+                )
+                return
+            token = AccessToken(
+                token="",  # never kept: the principal's name identifies it
+                client_id=principal.name,
+                scopes=[],
+                claims={"namespaces": sorted(principal.namespaces)},
             )
-            await send({"type": "http.response.body", "body": body})
-            return
-        token = AccessToken(
-            token="",  # never kept: the principal's name identifies it
-            client_id=principal.name,
-            scopes=[],
-            claims={"namespaces": sorted(principal.namespaces)},
+            scope["user"] = AuthenticatedUser(token)
+            owner = principal.name
+        opening = scope.get("method") == "POST" and not any(
+            k == b"mcp-session-id" for k, _ in scope["headers"]
         )
-        scope["user"] = AuthenticatedUser(token)
-        await self.app(scope, receive, send)
+        if not opening or self.sessions_per_token is None:
+            await self.app(scope, receive, send)
+            return
+        held = self._held(owner)
+        if len(held) >= self.sessions_per_token:
+            message = f"this token holds {len(held)} MCP sessions, the most it may; close one (DELETE) first"
+            await _refuse(send, 429, message, "Mcp-Session-Id", {b"retry-after": b"1"})
+            return
+
+        async def watch(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                for k, v in message.get("headers", ()):
+                    if k.lower() == b"mcp-session-id":
+                        held.add(v.decode("latin-1"))
+            await send(message)
+
+        await self.app(scope, receive, watch)
+
+    def _held(self, owner: str) -> set[str]:
+        held = self._sessions.setdefault(owner, set())
+        if self.live is not None:
+            live = self.live()
+            held.intersection_update(live)
+        return held
+
+
+async def _refuse(send: Send, status: int, error: str, fld: str, extra: dict[bytes, bytes]) -> None:
+    body = json.dumps({"error": error, "field": fld}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + list(extra.items())})
+    await send({"type": "http.response.body", "body": body})
 
 
 # -- assembling and running -------------------------------------------------------------------------
@@ -363,12 +419,15 @@ def bind_namespace(principal: Principal, namespace: str | None) -> Principal:
     return Principal(principal.name, frozenset({namespace}))
 
 
-def build(backend: ToolBackend, principal: Principal, auth: TokenAuth | None = None) -> MCPServer[Any]:
-    """The MCP server with its tools; ``auth`` set for HTTP callers who bring their own token."""
+def build(
+    backend: ToolBackend, principal: Principal, auth: TokenAuth | None = None, *, forward: bool = False
+) -> MCPServer[Any]:
+    """The MCP server with its tools; ``auth`` set for HTTP callers who bring their own token,
+    ``forward`` for HTTP callers whose token goes on to the service of a remote backend."""
     from evomem import __version__
 
     server: MCPServer[Any] = MCPServer("evomem", version=__version__, instructions=INSTRUCTIONS)
-    Tools(backend, principal, auth).register(server)
+    Tools(backend, principal, auth, forward=forward).register(server)
     return server
 
 
@@ -380,7 +439,10 @@ def http_app(server: MCPServer[Any], settings: Settings, auth: TokenAuth) -> ASG
         host=settings.http_host,
         max_request_body_size=settings.http_max_body_bytes,
     )
-    return BearerGate(app, auth)
+    manager = server.session_manager
+    # the SDK keeps no public view of its open sessions; its registry is read, never written
+    live: Callable[[], Collection[str]] = lambda: manager._server_instances.keys()  # noqa: E731
+    return BearerGate(app, auth, sessions_per_token=settings.mcp_sessions_per_token, live=live)
 
 
 def serve_stdio(settings: Settings) -> None:
@@ -413,13 +475,13 @@ class MCPHTTPServer:
                 "without EVOMEM_TOKENS the MCP server only listens on loopback; set tokens to bind "
                 + settings.http_host
             )
-        server = build(self.backend, bind_namespace(OPEN, settings.mcp_namespace), self.auth)
-        config = uvicorn.Config(
+        # in front of a service with no tokens here: forward each caller's own, lend none
+        forward = self.backend.remote and not self.auth.enabled
+        server = build(self.backend, bind_namespace(OPEN, settings.mcp_namespace), self.auth, forward=forward)
+        config = uvicorn_config(
             http_app(server, settings, self.auth),
+            EdgeLimits.from_settings(settings),
             lifespan="on",
-            log_config=None,
-            access_log=False,
-            server_header=False,
             timeout_graceful_shutdown=5,
         )
         self._server = _Server(config)

@@ -41,7 +41,7 @@ def check_retrieve_args(query: Any, namespace: Any, top_k: Any, budget: Any) -> 
 
 
 def build_event(
-    retrieval: Retrieval | None,
+    retrieval: Retrieval | str | None,
     status: str | None,
     namespace: str | None,
     query: str | None,
@@ -50,6 +50,11 @@ def build_event(
     """The task event for ``report``: the retrieval's namespace, query and served ids, plus the
     outcome fields; ``InvalidEventError`` names the first field that is wrong."""
     doc: dict[str, Any] = dict(fields)
+    if isinstance(retrieval, str):  # a retrieval id alone: the namespace and query come with it
+        doc.setdefault("retrieval_id", retrieval)
+        retrieval = None
+    elif retrieval is not None and not isinstance(retrieval, Retrieval):
+        raise InvalidEventError("retrieval", "must be a Retrieval, a retrieval id, or None")
     if retrieval is not None:
         doc.setdefault("retrieval_id", retrieval.id)
         doc.setdefault("retrieved_insight_ids", [i.id for i in retrieval.insights])

@@ -150,7 +150,7 @@ class LocalBackend:
 
     def report(
         self,
-        retrieval: Retrieval | TaskEvent | None = None,
+        retrieval: Retrieval | TaskEvent | str | None = None,
         *,
         status: str | None = None,
         namespace: str | None = None,
@@ -383,6 +383,9 @@ class LocalBackend:
         if rt.projector is not None and rt.index is not None:
             out["projector_lag"] = rt.projector.lag()
             out["index"] = {"queries": rt.index.count("query"), "insights": rt.index.count("insight")}
+            tiers = getattr(rt.index, "tiers", None)
+            if tiers is not None:  # the embedded store: how its namespaces are held (shared or own shard)
+                out["index"]["tiers"] = tiers()
         return out
 
     def projector_lags(self, cap: int = 100_000) -> dict[str, int]:

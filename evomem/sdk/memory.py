@@ -89,7 +89,7 @@ class Memory:
 
     def report(
         self,
-        retrieval: Retrieval | TaskEvent | None = None,
+        retrieval: Retrieval | TaskEvent | str | None = None,
         *,
         status: str | None = None,
         namespace: str | None = None,

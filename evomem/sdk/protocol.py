@@ -27,7 +27,7 @@ class Backend(Protocol):
 
     def report(
         self,
-        retrieval: Retrieval | TaskEvent | None = None,
+        retrieval: Retrieval | TaskEvent | str | None = None,
         *,
         status: str | None = None,
         namespace: str | None = None,

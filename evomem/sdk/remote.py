@@ -4,8 +4,11 @@ Redis nor Qdrant (an import contract and tests/unit/test_sdk_surface.py hold it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.parse
+from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +39,21 @@ from evomem.settings import Settings
 from schemas import InsightNode, TaskEvent
 
 TIMEOUT_S = 10.0
+
+#: Set by ``acting_for``: the Authorization header this thread's calls carry instead of the
+#: client's own token ("" for none at all).
+_caller_authorization: ContextVar[str | None] = ContextVar("evomem_caller_authorization", default=None)
+
+
+@contextlib.contextmanager
+def acting_for(authorization: str | None) -> Iterator[None]:
+    """Calls made in this block carry the caller's ``Authorization`` header as it came (None: no
+    header), never the client's own token: a gateway forwards what each caller proves."""
+    reset = _caller_authorization.set(authorization or "")
+    try:
+        yield
+    finally:
+        _caller_authorization.reset(reset)
 
 
 def _insight_view(body: dict[str, Any]) -> InsightView:
@@ -77,7 +95,13 @@ class RemoteBackend:
 
     def _call(self, method: str, path: str, body: str | bytes | None = None) -> Any:
         try:
-            response = self._http.request(method, path, content=body)
+            request = self._http.build_request(method, path, content=body)
+            caller = _caller_authorization.get()
+            if caller is not None:
+                request.headers.pop("authorization", None)
+                if caller:
+                    request.headers["Authorization"] = caller
+            response = self._http.send(request)
         except httpx.TransportError as exc:
             raise TransientError(f"evomem service unreachable: {type(exc).__name__}") from None
         try:
@@ -136,7 +160,7 @@ class RemoteBackend:
 
     def report(
         self,
-        retrieval: Retrieval | TaskEvent | None = None,
+        retrieval: Retrieval | TaskEvent | str | None = None,
         *,
         status: str | None = None,
         namespace: str | None = None,
@@ -262,4 +286,4 @@ class RemoteBackend:
         self._http.close()
 
 
-__all__ = ["RemoteBackend"]
+__all__ = ["RemoteBackend", "acting_for"]

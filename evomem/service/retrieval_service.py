@@ -32,6 +32,7 @@ from evomem.service.api import (
     Staleness,
 )
 from evomem.service.auth import Principal, TokenAuth
+from evomem.service.connections import connection_counts
 from evomem.service.metrics import Metrics
 from schemas import ControlRequest, InsightNode, TaskEvent
 
@@ -46,6 +47,56 @@ class _View:
 
 
 STALENESS_CACHE_S = 0.1
+#: How often a probe pings a Redis that stopped answering, to learn it is back.
+PROBE_EVERY_S = 0.2
+
+
+class RedisProbe:
+    """Whether Redis is answering, as far as the service can tell without waiting on it: a request
+    that waited past its bound (``EVOMEM_HTTP_REDIS_TIMEOUT_S``) marks it suspect; from then on
+    health says so at once, the metrics read no Redis, and the secured routes answer 503 without
+    starting work that would wait too, while one background thread pings until Redis answers."""
+
+    def __init__(self, ping: Any) -> None:
+        self._ping = ping
+        self._lock = threading.Lock()
+        self.suspect_since: float | None = None
+        self._probing = False
+
+    def ok(self) -> bool:
+        return self.suspect_since is None
+
+    def suspect(self) -> None:
+        with self._lock:
+            if self.suspect_since is None:
+                self.suspect_since = time.time()
+                log.warning("service.redis_stalled")
+            if self._probing:
+                return
+            self._probing = True
+        threading.Thread(target=self._probe, name="evomem-redis-probe", daemon=True).start()
+
+    def _probe(self) -> None:
+        while True:
+            try:
+                self._ping()
+            except Exception:  # refused, reset, timed out: not back yet
+                time.sleep(PROBE_EVERY_S)
+                continue
+            with self._lock:
+                self._probing = False
+                if self.suspect_since is not None:
+                    log.info("service.redis_answers", stalled_s=round(time.time() - self.suspect_since, 3))
+                self.suspect_since = None
+            return
+
+
+def _namespaces_by_tier(t: dict[str, int]) -> dict[str, float]:
+    return {"shared": t["shared_namespaces"], "own": t["promoted_namespaces"]}
+
+
+def _shards_by_tier(t: dict[str, int]) -> dict[str, float]:
+    return {"shared": t["shared_shards"], "own": t["own_shards"], "own_open": t["own_shards_open"]}
 
 
 class RetrievalService:
@@ -56,6 +107,7 @@ class RetrievalService:
         self._stale = (0.0, 0.0)  # (computed at, value)
         self._stale_lock = threading.Lock()
         self._redis_seen = (time.time(), 0.0)  # (when Redis last answered, the lag then)
+        self.redis_probe = RedisProbe(lambda: runtime.redis.ping())
         self.metrics.gauge(
             "evomem_projector_lag_seconds", "Age of the oldest change not yet in the index.", self.staleness
         )
@@ -68,6 +120,27 @@ class RetrievalService:
             "evomem_projector_following",
             "1 while the projector follows the change feed, 0 while it fails or is stopped.",
             lambda: float(self._following()),
+        )
+
+        tiers = getattr(runtime.index, "tiers", None)
+        if tiers is not None:  # the embedded store: its namespaces' tiers (docs/guides/tenancy.md)
+            self.metrics.labelled_gauges(
+                "evomem_index_namespaces",
+                "Namespaces of the embedded index by tier: shared (in shared shards), own (promoted).",
+                "tier",
+                lambda: _namespaces_by_tier(tiers()),
+            )
+            self.metrics.labelled_gauges(
+                "evomem_index_shards",
+                "Shards of past queries of the embedded index: shared, own (promoted), own_open.",
+                "tier",
+                lambda: _shards_by_tier(tiers()),
+            )
+        self.metrics.labelled_gauges(
+            "evomem_process_connections",
+            "Connections each retrieval process was handed (evomem serve --workers) or holds open.",
+            "process",
+            lambda: connection_counts(runtime.settings.data_dir),
         )
 
     # -- retrieval, failing open -----------------------------------------------------------------
@@ -155,8 +228,12 @@ class RetrievalService:
         missing = NotFoundError(f"no insight {insight_id!r}")
         graph = self.runtime.graph
         try:
-            node = graph.insights([insight_id]).get(insight_id) if insight_id else None
-            # another tenant's node does not exist for this token
+            # another tenant's node does not exist for this token, nor takes longer to say so: the
+            # id directory alone answers both (one read either way), the node is read only when allowed
+            owner = graph.namespace_of([insight_id]).get(insight_id) if insight_id else None
+            if owner is None or not principal.may(owner):
+                raise missing
+            node = graph.insights([insight_id]).get(insight_id)
             if node is None or not principal.may(node.namespace):
                 raise missing
             return _View(node, tuple(graph.lineage(insight_id)), tuple(graph.history(insight_id)))
@@ -197,12 +274,17 @@ class RetrievalService:
         fails (and retries) serves an index that no longer moves, which is not healthy."""
         out: dict[str, Any] = {"index": "ok"}
         healthy = True
-        try:
-            self.runtime.redis.ping()
-            out["redis"] = "ok"
-        except (TransientError, OSError):
-            out["redis"] = "unreachable"
+        stalled_since = self.redis_probe.suspect_since
+        if stalled_since is not None:
+            out["redis"] = f"not answering for {time.time() - stalled_since:.1f} s"
             healthy = False
+        else:
+            try:
+                self.runtime.redis.ping()
+                out["redis"] = "ok"
+            except (TransientError, OSError):
+                out["redis"] = "unreachable"
+                healthy = False
         state = self.runtime.follower()
         if state is None:
             out["projector"] = {"status": "not following"}
@@ -215,6 +297,11 @@ class RetrievalService:
                     f" ({state.error})" if state.error else ""
                 )
                 healthy = False
+        projector = self.runtime.projector
+        if projector is not None and projector.skipped:
+            # the index moves on past them; they wait for `evomem changes replay` or `drop`
+            out["projector"]["skipped_changes"] = projector.skipped
+            out["projector"]["last_skipped"] = projector.last_skipped
         lag = self._staleness()
         out["projector_lag_s"] = lag.projector_lag_s
         # a stale replica stays healthy: it serves the last state it has and says so
@@ -247,6 +334,8 @@ class RetrievalService:
             if now - at < STALENESS_CACHE_S:
                 return value
         try:
+            if not self.redis_probe.ok():
+                raise TransientError("redis is not answering")  # known: do not wait on it
             value = self.runtime.staleness_s()
         except (EvomemError, OSError):
             # nothing is known since Redis last answered: the index is at least that much behind
@@ -260,6 +349,8 @@ class RetrievalService:
 
     def _lag_changes(self) -> int:
         projector = self.runtime.projector
+        if not self.redis_probe.ok():
+            return -1
         try:
             return projector.lag() if projector is not None else 0
         except (EvomemError, OSError):
@@ -273,4 +364,4 @@ def _time(name: str, value: str) -> datetime:
         raise InvalidEventError(name, "an RFC 3339 time with its zone") from None
 
 
-__all__ = ["RetrievalService"]
+__all__ = ["RedisProbe", "RetrievalService"]

@@ -24,7 +24,7 @@ from schemas import ControlRequest, TaskEvent
 # KEYS: the event's applied marker, its decision, the insights it names (ARGV[3..]), then the
 # stream on one server. ARGV: document, digest, insight ids.
 _PUBLISH = """
-for i = 1, 2 do
+for i = 1, 3 do
   local seen = redis.call('GET', KEYS[i])
   if seen then
     local ok, d = pcall(cjson.decode, seen)
@@ -33,12 +33,17 @@ for i = 1, 2 do
     end
   end
 end
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   if redis.call('EXISTS', KEYS[i]) == 0 then return 'bad:' .. ARGV[i] end
 end
+redis.call('SET', KEYS[3], cjson.encode({digest = ARGV[2]}), 'EX', tonumber(ARGV[3]), 'NX')
 if #KEYS == #ARGV then return 'ok:' end
 return 'ok:' .. redis.call('XADD', KEYS[#KEYS], '*', 'event', ARGV[1])
 """
+
+
+#: How long a published event's digest is kept to refuse a conflicting event with its id.
+PUBLISHED_TTL_S = 86_400
 
 
 def _s(v: Any) -> str:
@@ -84,13 +89,14 @@ class EventStream:
         checked = [
             keys.applied(ns, event_id),
             keys.decision(ns, event_id),
+            keys.published(ns, event_id),
             *(keys.insight(ns, i) for i in named),
         ]
         try:
             res = _s(
                 self._publish(
                     keys=checked if self.clustered else [*checked, self.stream],
-                    args=[doc, event_digest(event), *named],
+                    args=[doc, event_digest(event), PUBLISHED_TTL_S, *named],
                 )
             )
             if res == "ok:":  # a cluster: the stream is in another slot, appended once the checks pass
