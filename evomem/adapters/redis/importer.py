@@ -41,6 +41,8 @@ class _HistoryRecord(BaseModel):
     query_id: str = Field(max_length=200)
     decided_by: str = Field(max_length=200)
     at: str = Field(max_length=64)
+    note: str | None = Field(None, max_length=4000)  # an operator's edit: "reverted ... by ..."
+    undoes: str | None = Field(None, max_length=64)  # a REVERT: the outcome it undid
 
 
 assert set(_HistoryRecord.model_fields) == {f.name for f in fields(EditRecord)}
