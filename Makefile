@@ -11,6 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip uninstall --quiet --yes evomem 2>/dev/null || true  # the distribution's old name
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

@@ -1,5 +1,7 @@
 """evomem: failure-aware editable graph memory for fleets of LLM agents."""
 
+import importlib.metadata as _metadata
+
 from evomem.core.retrieval import ScoredInsight
 from evomem.errors import (
     ConfigError,
@@ -17,7 +19,10 @@ from evomem.sdk import InsightView, Memory
 from evomem.settings import Settings
 from schemas import TaskEvent
 
-__version__ = "0.1.0"
+try:  # the distribution's version (pyproject.toml), whatever installed it
+    __version__: str = _metadata.version("evograph-mem")
+except _metadata.PackageNotFoundError:  # imported from a tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ConfigError",

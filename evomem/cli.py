@@ -348,7 +348,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         from evomem.mcp import server
     except ImportError as exc:
         raise CommandError(
-            f"evomem mcp needs the mcp extra: pip install 'evomem[mcp]' ({exc.name} is missing)"
+            f"evomem mcp needs the mcp extra: pip install 'evograph-mem[mcp]' ({exc.name} is missing)"
         ) from None
     overrides: dict[str, Any] = {}
     if args.host:
@@ -397,9 +397,12 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 
 
 def cmd_settings(args: argparse.Namespace) -> int:
-    """Settings a namespace overrides (λ, budget, scoring, archive policy and ratio, k, hops)."""
+    """``show``: every setting's effective value and its source; ``set``/``unset``/``overrides``: the
+    settings a namespace overrides (λ, budget, scoring, archive policy and ratio, k, hops)."""
     from evomem.settings import OVERRIDABLE
 
+    if args.action == "show":
+        return _show_settings(args)
     with _open() as mem:
         store = mem.namespace_settings
         if args.action == "set":
@@ -431,6 +434,36 @@ def cmd_settings(args: argparse.Namespace) -> int:
                 f"top_k={effective.top_k} hops={effective.hops} scoring={effective.scoring} "
                 f"archive_policy={effective.archive_policy} archive_ratio={effective.archive_ratio}"
             )
+    return 0
+
+
+def _show_settings(args: argparse.Namespace) -> int:
+    """The effective settings, by section; a namespace's overrides need the store, the rest not."""
+    import os
+
+    from evomem.settings import SECTION_TITLES, effective_values
+
+    settings = Settings()
+    overrides = None
+    if args.namespace:
+        with _open() as mem:
+            overrides = mem.namespace_settings.get(args.namespace)
+    values = effective_values(settings, os.environ, overrides, args.namespace)
+    if args.json:
+        sections: dict[str, dict[str, Any]] = {}
+        for v in values:
+            entry = {"env": v.env, "value": v.value, "source": v.source}
+            sections.setdefault(v.section, {})[v.name] = entry
+        _out({"namespace": args.namespace, "sections": sections})
+        return 0
+    width = max(len(v.env) for v in values)
+    section = None
+    for v in values:
+        if v.section != section:
+            section = v.section
+            print(("" if v is values[0] else "\n") + SECTION_TITLES[section])
+        shown = "(unset)" if v.value is None else str(v.value)
+        print(f"  {v.env:<{width}}  {shown:<28} {v.source}")
     return 0
 
 
@@ -550,6 +583,13 @@ def _find_checkout() -> None:
     )
 
 
+def _version() -> str:
+    """The installed distribution's version (evograph-mem), as ``evomem.__version__`` has it."""
+    from evomem import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="evomem",
@@ -558,6 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-level", default="WARNING", type=str.upper, choices=LOG_LEVELS)
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    p.add_argument("--version", action="version", version=f"evomem {_version()}", help="print the version")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for name, module, help_ in (
@@ -643,9 +684,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_tokens)
 
     sp = sub.add_parser(
-        "settings", help="per-namespace settings: show [NS], set NS NAME=VALUE..., unset NS [NAME...]"
+        "settings",
+        help="show [NS]: every setting's value and source; set NS NAME=VALUE..., unset NS [NAME...], "
+        "overrides [NS]: what namespaces override",
     )
-    sp.add_argument("action", nargs="?", choices=["show", "set", "unset"], default="show")
+    sp.add_argument("action", nargs="?", choices=["show", "set", "unset", "overrides"], default="show")
     sp.add_argument("namespace", nargs="?")
     sp.add_argument("values", nargs="*", help="set: lambda=2 budget=5 ...; unset: names (none: all)")
     sp.add_argument("--json", action="store_true")

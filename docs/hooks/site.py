@@ -19,6 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
+from evomem.settings import SECTION_TITLES as _SECTION_TITLES
+from evomem.settings import SECTIONS as _SECTIONS
+from evomem.settings import env_names as _env_names
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 RESULTS = ROOT / "bench" / "results.json"
@@ -32,50 +36,17 @@ def _checkout_importable() -> None:
         sys.path.insert(0, str(ROOT))
 
 
-#: The section tags of ``Settings`` fields, in the order the settings page shows them.
-SECTIONS = (
-    "store",
-    "index",
-    "retrieval",
-    "editing",
-    "controller",
-    "llm",
-    "embedder",
-    "stream",
-    "service",
-    "mcp",
-    "tenancy",
-    "caches",
-    "observability",
-)
+#: The sections of ``Settings``, in the order the settings page shows them (evomem/settings.py).
+SECTIONS = _SECTIONS
 OTHER = "other"
-SECTION_TITLES = {
-    "store": "Store (Redis)",
-    "index": "Index (Qdrant)",
-    "retrieval": "Retrieval",
-    "editing": "Editing",
-    "controller": "Controller",
-    "llm": "LLM controller",
-    "embedder": "Embedder",
-    "stream": "Event stream and workers",
-    "service": "Service (HTTP)",
-    "mcp": "MCP server",
-    "tenancy": "Tenancy and quotas",
-    "caches": "Caches",
-    "observability": "Observability",
-    OTHER: "Other",
-}
+SECTION_TITLES = {**_SECTION_TITLES, OTHER: "Other"}
 
 # --------------------------------------------------------------------------------------- settings
 
 
 def env_names(name: str, field: Any) -> list[str]:
     """The environment variables a field is read from, the ``EVOMEM_`` one first."""
-    alias = field.validation_alias
-    choices = [c for c in getattr(alias, "choices", ()) if isinstance(c, str) and c.isupper()]
-    if choices:
-        return sorted(choices, key=lambda c: not c.startswith("EVOMEM_"))
-    return [f"EVOMEM_{name.upper()}"]
+    return list(_env_names(name))
 
 
 def section_of(field: Any) -> str:

@@ -1,5 +1,5 @@
 """LangGraph: a ``BaseStore`` whose ``search`` serves evomem's ranked insights, and the run's end
-reported as a task event (``pip install 'evomem[langgraph]'``).
+reported as a task event (``pip install 'evograph-mem[langgraph]'``).
 
 ``EvomemStore(memory)`` is given to ``graph.compile(store=...)``; a node reads it as ``runtime.store``
 (or the ``store`` argument) and calls ``store.search(("fever",), query=task)``: each ``SearchItem``

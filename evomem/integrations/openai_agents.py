@@ -1,5 +1,5 @@
 """The OpenAI Agents SDK: the insights in the agent's instructions, the run's end reported as a
-task event (``pip install 'evomem[openai-agents]'``).
+task event (``pip install 'evograph-mem[openai-agents]'``).
 
 ``MemoryRunner(memory, namespace).run(agent, input)`` retrieves the insights for the task, runs a
 clone of the agent whose dynamic instructions are the agent's own followed by the rendered insights

@@ -1,5 +1,5 @@
 """pydantic-ai: the insights as the run's instructions, the run's end reported as a task event
-(``pip install 'evomem[pydantic-ai]'``).
+(``pip install 'evograph-mem[pydantic-ai]'``).
 
 ``MemoryRunner(memory, namespace).run(agent, prompt)`` retrieves the insights for the task, runs
 ``agent.run(prompt, instructions=<rendered insights>)`` — pydantic-ai adds a run's instructions to

