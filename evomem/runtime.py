@@ -212,6 +212,7 @@ class Runtime:
             settings.stream_maxlen,
             wait_replicas=settings.redis_wait_replicas,
             wait_timeout_ms=settings.redis_wait_timeout_ms,
+            state_ttl_s=settings.event_state_ttl_s,
         )
         self.changes = RedisChangeFeed(client)
         self.quotas = Quotas(client, settings)
@@ -457,6 +458,7 @@ def open_worker(
         settings.stream_maxlen,
         wait_replicas=settings.redis_wait_replicas,
         wait_timeout_ms=settings.redis_wait_timeout_ms,
+        state_ttl_s=settings.event_state_ttl_s,
     )
     controller = make_controller(settings, client)
     consolidator = Consolidator(

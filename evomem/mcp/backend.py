@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from evomem.errors import EvomemError, InvalidEventError, NotFoundError
+from evomem.pipeline.event_state import EventState
 from evomem.pipeline.retrieve import Retrieval
 from evomem.sdk import LocalMemory, RemoteMemory
 from evomem.sdk.calls import check_namespace
@@ -192,6 +193,16 @@ class Backend:
             lineage=self._lineage(insight_id, list(view.lineage)),
             history=[_edit(h) for h in view.history],
         )
+
+    def event(self, principal: Principal, event_id: str) -> EventState:
+        """The state of a reported event; another tenant's event does not exist for this caller."""
+        try:
+            state = self.memory.event(event_id)
+        except NotFoundError:
+            raise NotFoundError(f"no event {event_id!r}") from None
+        if not principal.may(state.namespace):
+            raise NotFoundError(f"no event {event_id!r}")
+        return state
 
     # -- helpers ---------------------------------------------------------------------------------
     def _lineage(self, insight_id: str, chain: list[str]) -> list[LineageStep]:

@@ -21,6 +21,7 @@ from evomem.errors import (
 )
 from evomem.ops import tracing
 from evomem.pipeline.consolidate import ConsolidationReport, Consolidator
+from evomem.pipeline.event_state import EventState, canonical_event_id, event_state
 from evomem.pipeline.project import FollowerState, Projector
 from evomem.pipeline.retrieve import Retrieval, Retriever
 from evomem.runtime import Runtime, open_runtime
@@ -226,6 +227,18 @@ class LocalMemory:
             )
         except StoreError:
             raise missing from None  # a key of another kind under this name: no insight has this id
+
+    def event(self, event_id: str, namespace: str | None = None) -> EventState:
+        """The state of a reported event: ``queued``, ``applied`` (with its edits) or
+        ``dead-lettered`` (with the reason); ``NotFoundError`` when no event has this id (in
+        ``namespace``, when given)."""
+        event_id = canonical_event_id(event_id)
+        rt = self.runtime
+        marker = rt.events.state_of(event_id)
+        if marker is not None and namespace is not None and marker["namespace"] != namespace:
+            marker = None
+        candidates = [marker["namespace"]] if marker is not None else [] if namespace is None else [namespace]
+        return event_state(event_id, marker, rt.graph, candidates)
 
     def insights(self, namespace: str, state: str | None = None) -> list[InsightNode]:
         """Every insight of a namespace (for inspection and export; not for the hot path)."""

@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from evomem.pipeline.consolidate import ConsolidationReport
+from evomem.pipeline.event_state import EventState
 from evomem.pipeline.retrieve import Retrieval
 from schemas import InsightNode, TaskEvent
 
@@ -40,6 +41,8 @@ class MemoryClient(Protocol):
     def consolidate(self, max_events: int | None = None) -> ConsolidationReport: ...
 
     def insight(self, insight_id: str, namespace: str | None = None) -> InsightLike: ...
+
+    def event(self, event_id: str, namespace: str | None = None) -> EventState: ...
 
     def close(self) -> None: ...
 

@@ -21,6 +21,7 @@ from evomem.errors import (
 )
 from evomem.ops import tracing
 from evomem.pipeline.consolidate import ConsolidationReport
+from evomem.pipeline.event_state import EventState
 from evomem.pipeline.retrieve import Retrieval
 from evomem.sdk.calls import build_event, check_retrieve_args
 from evomem.settings import Settings
@@ -138,6 +139,14 @@ class RemoteMemory:
         if namespace is not None and view.node.namespace != namespace:
             raise NotFoundError(f"no insight {insight_id!r} in namespace {namespace!r}")
         return view
+
+    def event(self, event_id: str, namespace: str | None = None) -> EventState:
+        """The state of a reported event (``Memory.event``), as the service tells it."""
+        path = f"/v1/events/{urllib.parse.quote(str(event_id), safe='')}"
+        state = EventState.model_validate(self._call("GET", path))
+        if namespace is not None and state.namespace != namespace:
+            raise NotFoundError(f"no event {event_id!r} in namespace {namespace!r}")
+        return state
 
     def lineage(self, insight_id: str) -> list[dict[str, Any]]:
         path = f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}/lineage"

@@ -13,6 +13,7 @@ from typing import Any
 from evomem.core.ports import EditRecord
 from evomem.errors import EvomemError, NotFoundError, StoreError, TransientError
 from evomem.logs import bind, get_logger
+from evomem.pipeline.event_state import EventState, canonical_event_id, event_state
 from evomem.runtime import Runtime
 from evomem.service.api import (
     EventAccepted,
@@ -24,7 +25,7 @@ from evomem.service.api import (
     ServedInsight,
     Staleness,
 )
-from evomem.service.auth import Principal, TokenAuth
+from evomem.service.auth import ALL, Principal, TokenAuth
 from evomem.service.metrics import Metrics
 from schemas import InsightNode, TaskEvent
 
@@ -110,6 +111,18 @@ class RetrievalService:
         self.runtime.quotas.charge_event(event.namespace, size)
         entry_id = self.runtime.events.publish(event)
         return EventAccepted(event_id=str(event.event_id), entry_id=entry_id)
+
+    def event(self, principal: Principal, event_id: str) -> EventState:
+        """The state of a reported event, for a token of its namespace; another's: not found."""
+        event_id = canonical_event_id(event_id)
+        marker = self.runtime.events.state_of(event_id)
+        if marker is not None:
+            candidates = [marker["namespace"]]
+        else:  # no marker kept (expired, a plain XADD): an applied event in the token's namespaces
+            candidates = sorted(ns for ns in principal.namespaces if ns != ALL)
+        return event_state(
+            event_id, marker, self.runtime.graph, [ns for ns in candidates if principal.may(ns)]
+        )
 
     # -- insights ------------------------------------------------------------------------------------
     def insight(self, principal: Principal, insight_id: str) -> InsightResponse:

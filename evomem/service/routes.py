@@ -83,6 +83,7 @@ class Api:
         work: dict[str, Work] = {
             "retrieve": self._retrieve,
             "events": self._events,
+            "event": self._event,
             "insight": self._insight,
             "lineage": self._lineage,
             "healthz": self._health,
@@ -238,6 +239,13 @@ class Api:
             return self.service.publish(principal, event, len(body)).model_dump_json().encode()
 
         return _json(202, _inline(work, call.record))
+
+    async def _event(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, event_id = call.principal, call.request.path_params["id"]
+        return _json(
+            200, await _threaded(lambda: _dump(self.service.event(principal, event_id)), call.record)
+        )
 
     async def _insight(self, call: _Call) -> Response:
         assert call.principal is not None
