@@ -48,9 +48,8 @@ from langgraph.store.base import (
 )
 
 from evomem.errors import NotFoundError
-from evomem.integrations.outcomes import Judge, Outcome, failed, judged, report
-from evomem.pipeline.retrieve import Retrieval
-from evomem.sdk.protocol import MemoryClient
+from evomem.integrations.outcomes import Judge, MemoryLike, Outcome, failed, judged, report
+from evomem.results import Retrieval
 
 KEPT_RETRIEVALS = 4096
 _RUN: contextvars.ContextVar[list[Retrieval] | None] = contextvars.ContextVar(
@@ -68,7 +67,7 @@ class EvomemStore(BaseStore):
 
     supports_ttl = False
 
-    def __init__(self, memory: MemoryClient, *, agent_id: str | None = None) -> None:
+    def __init__(self, memory: MemoryLike, *, agent_id: str | None = None) -> None:
         self.memory = memory
         self.agent_id = agent_id
         self._retrievals: OrderedDict[str, Retrieval] = OrderedDict()

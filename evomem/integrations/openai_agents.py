@@ -26,9 +26,8 @@ from typing import Any
 from agents import Agent, RunContextWrapper, Runner, RunResult
 from agents.exceptions import InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered
 
-from evomem.integrations.outcomes import Judge, Outcome, failed, instructions_with, judged, report
-from evomem.pipeline.retrieve import Retrieval
-from evomem.sdk.protocol import MemoryClient
+from evomem.integrations.outcomes import Judge, MemoryLike, Outcome, failed, instructions_with, judged, report
+from evomem.results import Retrieval
 
 
 def with_insights(agent: Agent[Any], retrieval: Retrieval) -> Agent[Any]:
@@ -59,7 +58,7 @@ class MemoryRunner:
 
     def __init__(
         self,
-        memory: MemoryClient,
+        memory: MemoryLike,
         namespace: str = "default",
         *,
         judge: Judge | None = None,

@@ -12,14 +12,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from evomem.pipeline.retrieve import Retrieval
-from evomem.sdk.protocol import MemoryClient
-from schemas import TaskEvent
+from evomem.results import InsightView, Retrieval
 from schemas.models import PartialVerdict
 
 Status = Literal["resolved", "failed"]
+
+
+class MemoryLike(Protocol):
+    """The SDK calls the adapters use: ``Memory`` (in process or a service's client) has them."""
+
+    def retrieve(
+        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+    ) -> Retrieval: ...
+
+    def report(
+        self,
+        retrieval: Retrieval | None = None,
+        *,
+        status: str | None = None,
+        namespace: str | None = None,
+        query: str | None = None,
+        **fields: Any,
+    ) -> str: ...
+
+    def insight(self, insight_id: str, namespace: str | None = None) -> InsightView: ...
+
+
 VerdictValue = Literal["helpful", "harmful"] | PartialVerdict
 MAX_STEP_CHARS = 4_000
 
@@ -91,7 +111,7 @@ def event_fields(retrieval: Retrieval, outcome: Outcome, agent_id: str | None = 
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def report(memory: MemoryClient, retrieval: Retrieval, outcome: Outcome, agent_id: str | None = None) -> str:
+def report(memory: MemoryLike, retrieval: Retrieval, outcome: Outcome, agent_id: str | None = None) -> str:
     """Report ``outcome`` with the retrieval it followed; the event id."""
     return memory.report(retrieval, **event_fields(retrieval, outcome, agent_id))
 
@@ -104,9 +124,9 @@ def instructions_with(base: str | None, retrieval: Retrieval) -> str:
 
 __all__ = [
     "Judge",
+    "MemoryLike",
     "Outcome",
     "Status",
-    "TaskEvent",
     "event_fields",
     "failed",
     "insight_feedback",

@@ -21,9 +21,8 @@ from typing import Any
 from pydantic_ai import Agent
 from pydantic_ai.run import AgentRunResult
 
-from evomem.integrations.outcomes import Judge, Outcome, failed, judged, report
-from evomem.pipeline.retrieve import Retrieval
-from evomem.sdk.protocol import MemoryClient
+from evomem.integrations.outcomes import Judge, MemoryLike, Outcome, failed, judged, report
+from evomem.results import Retrieval
 
 
 class MemoryRunner:
@@ -31,7 +30,7 @@ class MemoryRunner:
 
     def __init__(
         self,
-        memory: MemoryClient,
+        memory: MemoryLike,
         namespace: str = "default",
         *,
         judge: Judge | None = None,

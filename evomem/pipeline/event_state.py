@@ -8,41 +8,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from evomem.core.ports import GraphReader
 from evomem.errors import NotFoundError
-
-State = Literal["queued", "applied", "dead-lettered"]
-
-
-class AppliedEdit(BaseModel):
-    """One edit the event's consolidation applied (or refused: ``outcome`` says)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    op: str = Field(description="KEEP | ARCHIVE | REVISE | ADD")
-    insight_id: str | None = None
-    outcome: str = Field(description="what became of the edit: kept, archived, revised, added, rejected, ...")
-    new_id: str | None = Field(None, description="the insight a REVISE or an ADD created")
-
-
-class EventState(BaseModel):
-    """Where a reported event is: still ``queued`` (in the stream, delivered or not, retried after a
-    transient failure), ``applied`` (with its edits), or ``dead-lettered`` (with the reason)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    event_id: str
-    namespace: str
-    state: State
-    edits: list[AppliedEdit] = Field(default_factory=list, description="when applied: what it changed")
-    created: list[str] = Field(default_factory=list, description="when applied: the insights it created")
-    reason: str | None = Field(None, description="when dead-lettered: why")
-    field: str | None = Field(None, description="when dead-lettered: the field that was wrong, if one was")
-    dead_letter_id: str | None = Field(None, description="when dead-lettered: its entry (evomem dlq)")
+from evomem.results import AppliedEdit, EventState
 
 
 def canonical_event_id(event_id: Any) -> str:
@@ -86,4 +56,4 @@ def event_state(
     raise NotFoundError(f"no event {event_id!r}")
 
 
-__all__ = ["AppliedEdit", "EventState", "State", "canonical_event_id", "event_state"]
+__all__ = ["canonical_event_id", "event_state"]
