@@ -26,8 +26,18 @@ from typing import Any
 from agents import Agent, RunContextWrapper, Runner, RunResult
 from agents.exceptions import InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered
 
-from evomem.integrations.outcomes import Judge, MemoryLike, Outcome, failed, instructions_with, judged, report
+from evomem.integrations.outcomes import (
+    Judge,
+    MemoryLike,
+    Outcome,
+    failed,
+    instructions_with,
+    judged,
+    report_async,
+    retrieve_async,
+)
 from evomem.results import Retrieval
+from evomem.sdk.aio import AsyncMemory
 
 
 def with_insights(agent: Agent[Any], retrieval: Retrieval) -> Agent[Any]:
@@ -58,7 +68,7 @@ class MemoryRunner:
 
     def __init__(
         self,
-        memory: MemoryLike,
+        memory: MemoryLike | AsyncMemory,
         namespace: str = "default",
         *,
         judge: Judge | None = None,
@@ -82,7 +92,7 @@ class MemoryRunner:
     ) -> RunResult:
         """``Runner.run`` with the insights for ``task`` (default: ``input``) in the instructions,
         and the outcome reported; ``judge`` overrides the runner's for this run."""
-        retrieval = await asyncio.to_thread(self.memory.retrieve, task or input, self.namespace)
+        retrieval = await retrieve_async(self.memory, task or input, self.namespace)
         self.last_retrieval = retrieval
         try:
             result = await Runner.run(with_insights(agent, retrieval), input, **kwargs)
@@ -98,7 +108,7 @@ class MemoryRunner:
         return asyncio.run(self.run(agent, input, **kwargs))
 
     async def _report(self, retrieval: Retrieval, outcome: Outcome) -> None:
-        self.last_event_id = await asyncio.to_thread(report, self.memory, retrieval, outcome, self.agent_id)
+        self.last_event_id = await report_async(self.memory, retrieval, outcome, self.agent_id)
 
 
 __all__ = ["MemoryRunner", "outcome_of_error", "with_insights"]

@@ -10,11 +10,13 @@ exception as failed. Everything here goes through the public SDK (``retrieve``, 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from evomem.results import InsightView, Retrieval
+from evomem.sdk.aio import AsyncMemory
 from schemas.models import PartialVerdict
 
 Status = Literal["resolved", "failed"]
@@ -116,6 +118,24 @@ def report(memory: MemoryLike, retrieval: Retrieval, outcome: Outcome, agent_id:
     return memory.report(retrieval, **event_fields(retrieval, outcome, agent_id))
 
 
+async def retrieve_async(memory: MemoryLike | AsyncMemory, task: str, namespace: str) -> Retrieval:
+    """``retrieve`` from async code: awaited on an ``AsyncMemory``, in a worker thread on a
+    ``Memory`` (whose calls block)."""
+    if isinstance(memory, AsyncMemory):
+        return await memory.retrieve(task, namespace)
+    return await asyncio.to_thread(memory.retrieve, task, namespace)
+
+
+async def report_async(
+    memory: MemoryLike | AsyncMemory, retrieval: Retrieval, outcome: Outcome, agent_id: str | None = None
+) -> str:
+    """``report`` from async code (as ``retrieve_async``)."""
+    fields = event_fields(retrieval, outcome, agent_id)
+    if isinstance(memory, AsyncMemory):
+        return str(await memory.report(retrieval, **fields))
+    return await asyncio.to_thread(report, memory, retrieval, outcome, agent_id)
+
+
 def instructions_with(base: str | None, retrieval: Retrieval) -> str:
     """``base`` with the rendered insights after it (``base`` alone when none were served)."""
     block = retrieval.render()
@@ -133,4 +153,6 @@ __all__ = [
     "instructions_with",
     "judged",
     "report",
+    "report_async",
+    "retrieve_async",
 ]

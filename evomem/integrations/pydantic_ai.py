@@ -21,8 +21,17 @@ from typing import Any
 from pydantic_ai import Agent
 from pydantic_ai.run import AgentRunResult
 
-from evomem.integrations.outcomes import Judge, MemoryLike, Outcome, failed, judged, report
+from evomem.integrations.outcomes import (
+    Judge,
+    MemoryLike,
+    Outcome,
+    failed,
+    judged,
+    report_async,
+    retrieve_async,
+)
 from evomem.results import Retrieval
+from evomem.sdk.aio import AsyncMemory
 
 
 class MemoryRunner:
@@ -30,7 +39,7 @@ class MemoryRunner:
 
     def __init__(
         self,
-        memory: MemoryLike,
+        memory: MemoryLike | AsyncMemory,
         namespace: str = "default",
         *,
         judge: Judge | None = None,
@@ -54,7 +63,7 @@ class MemoryRunner:
     ) -> AgentRunResult[Any]:
         """``agent.run(prompt, instructions=...)`` with the insights for ``task`` (default:
         ``prompt``), and the outcome reported; ``judge`` overrides the runner's for this run."""
-        retrieval = await asyncio.to_thread(self.memory.retrieve, task or prompt, self.namespace)
+        retrieval = await retrieve_async(self.memory, task or prompt, self.namespace)
         self.last_retrieval = retrieval
         try:
             result = await agent.run(prompt, instructions=retrieval.render() or None, **kwargs)
@@ -70,7 +79,7 @@ class MemoryRunner:
         return asyncio.run(self.run(agent, prompt, **kwargs))
 
     async def _report(self, retrieval: Retrieval, outcome: Outcome) -> None:
-        self.last_event_id = await asyncio.to_thread(report, self.memory, retrieval, outcome, self.agent_id)
+        self.last_event_id = await report_async(self.memory, retrieval, outcome, self.agent_id)
 
 
 __all__ = ["MemoryRunner"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from evomem import Memory
+from evomem import AsyncMemory, Memory
 from evomem.integrations.outcomes import Outcome
 from evomem.testing.llm_server import LLMTestServer
 
@@ -245,13 +245,15 @@ def _pydantic_agent(server: LLMTestServer, **kwargs: Any) -> tuple[Any, Any]:
     return pydantic_ai.Agent(model, instructions="Answer the claim.", **kwargs), client
 
 
+@pytest.mark.parametrize("sdk", ["Memory", "AsyncMemory"])
 def test_pydantic_ai_runner_learns_from_run_1_and_blames_the_lesson_in_run_2(
-    memory: Memory, agent_llm: LLMTestServer
+    memory: Memory, agent_llm: LLMTestServer, sdk: str
 ) -> None:
     agent, client = _pydantic_agent(agent_llm)
     from evomem.integrations.pydantic_ai import MemoryRunner
 
-    runner = MemoryRunner(memory, NS, judge=first_run)
+    # the runner takes the async client too, and awaits it rather than using worker threads
+    runner = MemoryRunner(memory if sdk == "Memory" else AsyncMemory(memory), NS, judge=first_run)
 
     async def runs() -> int:
         assert (await runner.run(agent, TASK)).output == WRONG
