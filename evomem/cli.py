@@ -255,6 +255,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
             print(f"  {model:<24} {m['prompt_tokens']} + {m['completion_tokens']} tokens")
         if llm.get("failures"):
             print("  failed tries   " + ", ".join(f"{k} {v}" for k, v in sorted(llm["failures"].items())))
+    tiers = (stats.get("index") or {}).get("tiers")
+    if tiers:
+        print(
+            f"index tiers    {tiers['shared_namespaces']} namespace(s) in {tiers['shared_shards']} shared "
+            f"shard(s), {tiers['promoted_namespaces']} promoted to their own "
+            f"({tiers['own_shards_open']} open; promoted at {tiers['promote_at']} queries)"
+        )
     for d in stats["recent_dead_letters"]:
         print(f"dead letter    {d['id']}  {d['reason'][:DEAD_LETTER_CHARS]}")
     for ns, d in stats["namespaces"].items():

@@ -181,6 +181,10 @@ def open_index(settings: Settings) -> VectorIndex:
             embedder.dim,
             settings.index_memory,
             idf=settings.similarity == "idf",
+            shared_shards=settings.index_shared_shards,
+            promote_at=settings.index_promote_at,
+            open_shards=settings.index_open_shards,
+            df_table=settings.index_df_table,
         )
     from evomem.adapters.qdrant.client import ClientIndex
 

@@ -132,6 +132,35 @@ class Settings(BaseSettings):
         le=3600,
     )
 
+    # -- many tenants in one embedded store (docs/guides/tenancy.md)
+    index_shared_shards: int = _index(
+        4,
+        "shards of the embedded store that hold the small namespaces' past queries, each "
+        "namespace in the one its name hashes to (fixed when the store is built)",
+        ge=1,
+        le=256,
+    )
+    index_promote_at: int = _index(
+        1000,
+        "past queries at which a namespace of the embedded store is moved to a shard of its "
+        "own, online (never back: queries are never deleted)",
+        ge=1,
+    )
+    index_open_shards: int = _index(
+        64,
+        "promoted namespaces' shards a process keeps open at once, the least recently used "
+        "closed (and opened again when next used)",
+        ge=1,
+        le=100_000,
+    )
+    index_df_table: int = _index(
+        1_048_576,
+        "word counts (about 100 B each) a process keeps for the IDF of namespaces in shared "
+        "shards, the least recently used namespace's dropped first and read again from its points",
+        ge=0,
+        le=1 << 30,
+    )
+
     # ---------------------------------------------------------------- retrieval (Eq. 2-10)
     top_k: int = _retrieval(5, "similar past queries per retrieval (k, Eq. 2)", ge=1, le=1000)
     hops: int = _retrieval(1, "query-graph expansion depth (Eq. 3)", ge=0, le=4)

@@ -277,6 +277,9 @@ class LocalBackend:
         if rt.projector is not None and rt.index is not None:
             out["projector_lag"] = rt.projector.lag()
             out["index"] = {"queries": rt.index.count("query"), "insights": rt.index.count("insight")}
+            tiers = getattr(rt.index, "tiers", None)
+            if tiers is not None:  # the embedded store: how its namespaces are held (shared or own shard)
+                out["index"]["tiers"] = tiers()
         return out
 
     def projector_lags(self, cap: int = 100_000) -> dict[str, int]:

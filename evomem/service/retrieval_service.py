@@ -25,6 +25,7 @@ from evomem.service.api import (
     Staleness,
 )
 from evomem.service.auth import ALL, Principal, TokenAuth
+from evomem.service.connections import connection_counts
 from evomem.service.metrics import Metrics
 from schemas import InsightNode, TaskEvent
 
@@ -39,6 +40,14 @@ class _View:
 
 
 STALENESS_CACHE_S = 0.1
+
+
+def _namespaces_by_tier(t: dict[str, int]) -> dict[str, float]:
+    return {"shared": t["shared_namespaces"], "own": t["promoted_namespaces"]}
+
+
+def _shards_by_tier(t: dict[str, int]) -> dict[str, float]:
+    return {"shared": t["shared_shards"], "own": t["own_shards"], "own_open": t["own_shards_open"]}
 
 
 class RetrievalService:
@@ -61,6 +70,27 @@ class RetrievalService:
             "evomem_projector_following",
             "1 while the projector follows the change feed, 0 while it fails or is stopped.",
             lambda: float(self._following()),
+        )
+
+        tiers = getattr(runtime.index, "tiers", None)
+        if tiers is not None:  # the embedded store: its namespaces' tiers (docs/guides/tenancy.md)
+            self.metrics.labelled_gauges(
+                "evomem_index_namespaces",
+                "Namespaces of the embedded index by tier: shared (in shared shards), own (promoted).",
+                "tier",
+                lambda: _namespaces_by_tier(tiers()),
+            )
+            self.metrics.labelled_gauges(
+                "evomem_index_shards",
+                "Shards of past queries of the embedded index: shared, own (promoted), own_open.",
+                "tier",
+                lambda: _shards_by_tier(tiers()),
+            )
+        self.metrics.labelled_gauges(
+            "evomem_process_connections",
+            "Connections each retrieval process was handed (evomem serve --workers) or holds open.",
+            "process",
+            lambda: connection_counts(runtime.settings.data_dir),
         )
 
     # -- retrieval, failing open -----------------------------------------------------------------

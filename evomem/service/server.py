@@ -20,6 +20,7 @@ from evomem.logs import get_logger
 from evomem.runfiles import service_url_file
 from evomem.runtime import Runtime, open_runtime
 from evomem.service.auth import TokenAuth
+from evomem.service.connections import COUNTS
 from evomem.service.retrieval_service import RetrievalService
 from evomem.service.routes import Api, create_app
 from evomem.settings import Settings
@@ -40,6 +41,7 @@ class _Protocol(HttpToolsProtocol):
     _header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        COUNTS.opened()
         super().connection_made(transport)
         self._arm_header_timer()
 
@@ -55,6 +57,7 @@ class _Protocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
         super().connection_lost(exc)
+        COUNTS.closed()
 
     def _between_requests(self) -> bool:
         return self.cycle is None or bool(self.cycle.response_complete)
@@ -77,16 +80,64 @@ class _Server(uvicorn.Server):
     """uvicorn's server without its own signal handling: ``serve`` installs handlers that let the
     memory close cleanly (uvicorn re-raises the signal it caught after shutting down)."""
 
+    channel: socket.socket | None = None  # under a supervisor: the connections come over it
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.channel is None:
+            await super().startup(sockets)
+            return
+        await super().startup([])  # no listener of its own: the supervisor accepts
+        self._receive(self.channel)
+
+    def _receive(self, channel: socket.socket) -> None:
+        """Serve each connection the supervisor hands over the channel (SCM_RIGHTS): the same
+        protocol as one accepted here."""
+        loop = asyncio.get_running_loop()
+        config = self.config
+
+        def protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state
+            )
+
+        pending: set[asyncio.Task[Any]] = set()
+
+        def readable() -> None:
+            try:
+                msg, fds, _, _ = socket.recv_fds(channel, 16, 16)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not msg and not fds:  # the supervisor is gone
+                loop.remove_reader(channel.fileno())
+                self.should_exit = True
+                return
+            COUNTS.taken(len(fds))
+            for fd in fds:
+                conn = socket.socket(fileno=fd)
+                conn.setblocking(False)
+                task = loop.create_task(loop.connect_accepted_socket(protocol, conn))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+
+        channel.setblocking(False)
+        loop.add_reader(channel.fileno(), readable)
 
 
 class EvomemHTTPServer:
     """The service on its bound socket; ``serve_forever`` runs it (in any thread), ``shutdown`` stops
     it and waits, ``server_close`` releases the socket."""
 
-    def __init__(self, sock: socket.socket, service: RetrievalService, settings: Settings) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        service: RetrievalService,
+        settings: Settings,
+        channel: socket.socket | None = None,
+    ) -> None:
         self.socket = sock
         self.service = service
         app, self.api = create_app(service, settings)
@@ -106,6 +157,7 @@ class EvomemHTTPServer:
         )
         config.timeout_keep_alive = settings.http_idle_timeout_s  # type: ignore[assignment]  # a float works
         self._server = _Server(config)
+        self._server.channel = channel
         self._done = threading.Event()
         self._done.set()
 
@@ -156,11 +208,14 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def build_server(
-    settings: Settings, runtime: Runtime | None = None, sock: socket.socket | None = None
+    settings: Settings,
+    runtime: Runtime | None = None,
+    sock: socket.socket | None = None,
+    channel: socket.socket | None = None,
 ) -> EvomemHTTPServer:
     """The retrieval side: the stores (``runtime``, or those the settings name), the projector
-    following the change feed, and the HTTP API on its bound socket (``sock``: one already listening,
-    as ``evomem serve --workers`` hands each process)."""
+    following the change feed, and the HTTP API on its bound socket (``sock``: one already listening;
+    with ``channel``, the connections ``evomem serve --workers`` accepts on it and hands over)."""
     auth = TokenAuth(settings.tokens.get_secret_value() if settings.tokens else None)
     if sock is None:
         sock = bind(settings.http_host, settings.http_port)  # first: a port in use opens nothing
@@ -177,7 +232,7 @@ def build_server(
                 f"listens on loopback; set tokens to bind {settings.http_host}"
             )
         runtime.follow()
-        return EvomemHTTPServer(sock, RetrievalService(runtime, auth), settings)
+        return EvomemHTTPServer(sock, RetrievalService(runtime, auth), settings, channel)
     except BaseException:
         sock.close()
         runtime.close()
