@@ -228,6 +228,13 @@ def render_insight(view: InsightView, queries: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def cmd_event(args: argparse.Namespace) -> int:
+    """The state of a reported event (through the service when EVOMEM_URL is set), as JSON."""
+    with _client(index=False) as mem:
+        _out(mem.event(args.event_id, args.namespace).model_dump(mode="json"))
+    return 0
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     with _open() as mem:
         if args.insight_id:
@@ -763,6 +770,13 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--reason")
         sp.add_argument("--request-id")
         sp.set_defaults(func=cmd_pin)
+
+    sp = sub.add_parser(
+        "event", help="the state of a reported event: queued, applied (its edits) or dead-lettered (why)"
+    )
+    sp.add_argument("event_id")
+    sp.add_argument("-n", "--namespace", help="its namespace (needed once its state marker has expired)")
+    sp.set_defaults(func=cmd_event)
 
     sp = sub.add_parser("inspect", help="an insight's evidence, lineage and history; or list a namespace")
     sp.add_argument("insight_id", nargs="?")

@@ -170,6 +170,13 @@ def published(namespace: str, event_id: str) -> str:
     return _key(namespace, "published", event_id)
 
 
+def event_state(event_id: str) -> str:
+    """The state of a reported event for ``GET /v1/events/{id}`` (JSON: its namespace, queued or
+    dead-lettered with the reason); with a TTL. Looked up by the event id alone, so not under a
+    namespace: the namespace it names is checked against the caller's."""
+    return f"{PREFIX}:event:{{{event_id}}}"
+
+
 def retrieval(namespace: str, retrieval_id: str) -> str:
     return _key(namespace, "retrieval", retrieval_id)
 

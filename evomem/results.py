@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas import InsightNode
 
@@ -163,9 +165,43 @@ class RetrievalAudit:
     insights: tuple[ServedRecord, ...]
 
 
+EventStateName = Literal["queued", "applied", "dead-lettered"]
+
+
+class AppliedEdit(BaseModel):
+    """One edit the event's consolidation applied (or refused: ``outcome`` says)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    op: str = Field(description="KEEP | ARCHIVE | REVISE | ADD")
+    insight_id: str | None = None
+    outcome: str = Field(description="what became of the edit: kept, archived, revised, added, rejected, ...")
+    new_id: str | None = Field(None, description="the insight a REVISE or an ADD created")
+
+
+class EventState(BaseModel):
+    """Where a reported event is (``Memory.event``, ``GET /v1/events/{id}``): still ``queued`` (in
+    the stream, delivered or not, retried after a transient failure), ``applied`` (with its edits),
+    or ``dead-lettered`` (with the reason)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event_id: str
+    namespace: str
+    state: EventStateName
+    edits: list[AppliedEdit] = Field(default_factory=list, description="when applied: what it changed")
+    created: list[str] = Field(default_factory=list, description="when applied: the insights it created")
+    reason: str | None = Field(None, description="when dead-lettered: why")
+    field: str | None = Field(None, description="when dead-lettered: the field that was wrong, if one was")
+    dead_letter_id: str | None = Field(None, description="when dead-lettered: its entry (evomem dlq)")
+
+
 __all__ = [
+    "AppliedEdit",
     "ConsolidationReport",
     "EditRecord",
+    "EventState",
+    "EventStateName",
     "InsightView",
     "LineageStep",
     "Retrieval",

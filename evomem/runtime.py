@@ -221,6 +221,7 @@ class Runtime:
             settings.stream_maxlen,
             wait_replicas=settings.redis_wait_replicas,
             wait_timeout_ms=settings.redis_wait_timeout_ms,
+            state_ttl_s=settings.event_state_ttl_s,
         )
         self.changes = RedisChangeFeed(client)
         self.quotas = Quotas(client, settings)
@@ -490,6 +491,7 @@ def open_worker(
         settings.stream_maxlen,
         wait_replicas=settings.redis_wait_replicas,
         wait_timeout_ms=settings.redis_wait_timeout_ms,
+        state_ttl_s=settings.event_state_ttl_s,
     )
     controller = make_controller(settings, client)
     consolidator = Consolidator(

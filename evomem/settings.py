@@ -326,6 +326,13 @@ class Settings(BaseSettings):
     visibility_timeout_s: int = _stream(600, "Celery broker visibility timeout", ge=1)
     worker_concurrency: int = _stream(2, "processes per `evomem worker`", ge=1)
     pump_interval_s: float = _stream(0.2, "how often a worker checks the stream for work", gt=0)
+    # -- the state of a reported event (GET /v1/events/{id}, Memory.event)
+    event_state_ttl_s: int = _stream(
+        86_400,
+        "how long the state of a reported event (queued, dead-lettered) can be asked for after it was "
+        "reported or dead-lettered; 0 keeps none (one small key per event)",
+        ge=0,
+    )
 
     # ---------------------------------------------------------------- service (HTTP) and its clients
     url: str | None = _service(None, "a retrieval service: Memory.open() becomes its client")

@@ -308,6 +308,11 @@ class GraphReader(Protocol):
 
     def is_applied(self, namespace: str, event_id: str) -> bool: ...
 
+    def applied_result(self, namespace: str, event_id: str) -> ApplyResult | None:
+        """What applying the event did (its edits' outcomes, the insights it created), or None
+        while it is not applied."""
+        ...
+
     def load_retrieval(self, namespace: str, retrieval_id: str) -> RetrievalRecord | None: ...
 
 

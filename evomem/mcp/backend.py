@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from evomem.errors import EvomemError, InvalidEventError, NotFoundError
-from evomem.results import EditRecord, LineageStep, Retrieval
+from evomem.results import EditRecord, EventState, LineageStep, Retrieval
 from evomem.sdk import Memory
 from evomem.sdk.calls import check_namespace
 from evomem.service.auth import Forbidden, Principal
@@ -230,6 +230,16 @@ class ToolBackend:
         self.on_report()
         action = "pin" if pinned else "unpin"
         return ControlOut(request_id=request_id, namespace=node.namespace, action=action, status="accepted")
+
+    def event(self, principal: Principal, event_id: str) -> EventState:
+        """The state of a reported event; another tenant's event does not exist for this caller."""
+        try:
+            state = self.memory.event(event_id)
+        except NotFoundError:
+            raise NotFoundError(f"no event {event_id!r}") from None
+        if not principal.may(state.namespace):
+            raise NotFoundError(f"no event {event_id!r}")
+        return state
 
     # -- helpers ---------------------------------------------------------------------------------
     def _query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:

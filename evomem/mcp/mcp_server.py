@@ -39,6 +39,7 @@ from evomem.mcp.backend import (
     VerdictIn,
     describe,
 )
+from evomem.results import EventState
 from evomem.runfiles import service_url
 from evomem.sdk import Memory, RemoteMemory
 from evomem.sdk.remote import acting_for
@@ -112,6 +113,11 @@ class Tools:
         )
         server.add_tool(
             self.inspect_insight,
+            annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+            structured_output=True,
+        )
+        server.add_tool(
+            self.event_state,
             annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
             structured_output=True,
         )
@@ -230,6 +236,21 @@ class Tools:
             + "lineage: "
             + " -> ".join(f"{s.id} ({s.state})" for s in out.lineage)
         )
+        return _result(text, out)
+
+    def event_state(
+        self,
+        ctx: Context[Any, Any],
+        event_id: Annotated[str, Field(min_length=1, max_length=64, description="report_outcome's event_id")],
+    ) -> Annotated[CallToolResult, EventState]:
+        """Whether a reported outcome was applied yet: queued, applied (with the edits it made) or
+        dead-lettered (with the reason it was refused)."""
+        out = _run(lambda: self.backend.event(self.caller(ctx), event_id))
+        text = f"event {out.event_id}: {out.state}"
+        if out.state == "applied":
+            text += " — " + (", ".join(f"{e.op} {e.outcome}" for e in out.edits) or "no edit")
+        elif out.reason:
+            text += f" — {out.reason}"
         return _result(text, out)
 
 

@@ -23,10 +23,18 @@ from evomem.errors import (
 )
 from evomem.ops import tracing
 from evomem.pipeline.consolidate import Consolidator, check_target
+from evomem.pipeline.event_state import canonical_event_id, event_state
 from evomem.pipeline.lookback import audit_retrieval
 from evomem.pipeline.project import FollowerState, Projector
 from evomem.pipeline.retrieve import Retriever
-from evomem.results import ConsolidationReport, InsightView, LineageStep, Retrieval, RetrievalAudit
+from evomem.results import (
+    ConsolidationReport,
+    EventState,
+    InsightView,
+    LineageStep,
+    Retrieval,
+    RetrievalAudit,
+)
 from evomem.runtime import Runtime, open_runtime
 from evomem.sdk.calls import build_control, build_event, check_namespace, check_retrieve_args
 from evomem.settings import Settings
@@ -243,6 +251,18 @@ class LocalBackend:
             )
         except StoreError:
             raise missing from None  # a key of another kind under this name: no insight has this id
+
+    def event(self, event_id: str, namespace: str | None = None) -> EventState:
+        """The state of a reported event: ``queued``, ``applied`` (with its edits) or
+        ``dead-lettered`` (with the reason); ``NotFoundError`` when no event has this id (in
+        ``namespace``, when given)."""
+        event_id = canonical_event_id(event_id)
+        rt = self.runtime
+        marker = rt.events.state_of(event_id)
+        if marker is not None and namespace is not None and marker["namespace"] != namespace:
+            marker = None
+        candidates = [marker["namespace"]] if marker is not None else [] if namespace is None else [namespace]
+        return event_state(event_id, marker, rt.graph, candidates)
 
     def lineage(self, insight_id: str) -> list[LineageStep]:
         """The revision chain through an insight, oldest first, each with its text and state."""

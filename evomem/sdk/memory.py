@@ -10,7 +10,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from evomem.errors import ConfigError
-from evomem.results import ConsolidationReport, InsightView, LineageStep, Retrieval, RetrievalAudit
+from evomem.results import (
+    ConsolidationReport,
+    EventState,
+    InsightView,
+    LineageStep,
+    Retrieval,
+    RetrievalAudit,
+)
 from evomem.sdk.protocol import Backend
 from evomem.sdk.remote import RemoteBackend
 from evomem.settings import Settings
@@ -174,6 +181,12 @@ class Memory:
         return self.backend.unpin(
             insight_id, namespace=namespace, by=by, reason=reason, request_id=request_id
         )
+
+    def event(self, event_id: str, namespace: str | None = None) -> EventState:
+        """The state of a reported event: ``queued``, ``applied`` (with its edits) or
+        ``dead-lettered`` (with the reason); ``NotFoundError`` when no event has this id (in
+        ``namespace``, when given)."""
+        return self.backend.event(event_id, namespace)
 
     def close(self) -> None:
         self.backend.close()

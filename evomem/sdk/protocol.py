@@ -7,7 +7,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
-from evomem.results import ConsolidationReport, InsightView, LineageStep, Retrieval, RetrievalAudit
+from evomem.results import (
+    ConsolidationReport,
+    EventState,
+    InsightView,
+    LineageStep,
+    Retrieval,
+    RetrievalAudit,
+)
 from schemas import TaskEvent
 
 
@@ -79,7 +86,41 @@ class Backend(Protocol):
         request_id: str | None = None,
     ) -> str: ...
 
+    def event(self, event_id: str, namespace: str | None = None) -> EventState: ...
+
     def close(self) -> None: ...
 
 
-__all__ = ["Backend"]
+class AsyncBackend(Protocol):
+    """``Backend``'s calls, awaited (``AsyncMemory``'s backends)."""
+
+    remote: bool
+
+    async def retrieve(
+        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+    ) -> Retrieval: ...
+
+    async def report(
+        self,
+        retrieval: Retrieval | TaskEvent | None = None,
+        *,
+        status: str | None = None,
+        namespace: str | None = None,
+        query: str | None = None,
+        **fields: Any,
+    ) -> str: ...
+
+    async def consolidate(self, max_events: int | None = None) -> ConsolidationReport: ...
+
+    async def insight(self, insight_id: str, namespace: str | None = None) -> InsightView: ...
+
+    async def lineage(self, insight_id: str) -> list[LineageStep]: ...
+
+    async def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]: ...
+
+    async def event(self, event_id: str, namespace: str | None = None) -> EventState: ...
+
+    async def close(self) -> None: ...
+
+
+__all__ = ["AsyncBackend", "Backend"]

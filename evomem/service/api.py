@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
-from evomem.results import EditRecord, LineageStep
+from evomem.results import EditRecord, EventState, LineageStep
 from schemas import InsightNode, TaskEvent
 from schemas.models import MAX_INSIGHT_CHARS, Namespace, NodeId
 
@@ -179,7 +179,8 @@ class RouteSpec:
 ERROR_TEXT: dict[int, str] = {
     401: "no or unknown token",
     403: "the token may not use this namespace; or, without tokens, a request from another origin or host",
-    404: "no such insight (or, for a revert, no applied event of that id)",
+    404: "no such insight or event (or one of another tenant's namespaces); for a revert, no applied event "
+    "of that id",
     408: "the body came too slowly",
     413: "the body is larger than EVOMEM_HTTP_MAX_BODY_BYTES",
     415: "the body is not JSON",
@@ -207,6 +208,14 @@ ROUTES: tuple[RouteSpec, ...] = (
         request=TaskEvent,
         response=EventAccepted,
         errors=(401, 403, 408, 413, 415, 422, 429, 503),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/events/{id}",
+        "event",
+        "the state of a reported event: queued, applied (its edits) or dead-lettered (the reason)",
+        response=EventState,
+        errors=(401, 404, 503),
     ),
     RouteSpec(
         "GET",

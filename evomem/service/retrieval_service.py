@@ -14,8 +14,9 @@ from typing import Any
 from evomem.errors import EvomemError, InvalidEventError, NotFoundError, StoreError, TransientError
 from evomem.logs import bind, get_logger
 from evomem.pipeline.consolidate import check_target
+from evomem.pipeline.event_state import canonical_event_id, event_state
 from evomem.pipeline.lookback import audit_retrieval
-from evomem.results import EditRecord, LineageStep
+from evomem.results import EditRecord, EventState, LineageStep
 from evomem.runtime import Runtime
 from evomem.sdk.calls import build_control, check_namespace
 from evomem.service.api import (
@@ -31,7 +32,7 @@ from evomem.service.api import (
     ServedInsight,
     Staleness,
 )
-from evomem.service.auth import Principal, TokenAuth
+from evomem.service.auth import ALL, Principal, TokenAuth
 from evomem.service.connections import connection_counts
 from evomem.service.metrics import Metrics
 from schemas import ControlRequest, InsightNode, TaskEvent
@@ -195,6 +196,18 @@ class RetrievalService:
         self.runtime.quotas.charge_event(event.namespace, size)
         entry_id = self.runtime.events.publish(event)
         return EventAccepted(event_id=str(event.event_id), entry_id=entry_id)
+
+    def event(self, principal: Principal, event_id: str) -> EventState:
+        """The state of a reported event, for a token of its namespace; another's: not found."""
+        event_id = canonical_event_id(event_id)
+        marker = self.runtime.events.state_of(event_id)
+        if marker is not None:
+            candidates = [marker["namespace"]]
+        else:  # no marker kept (expired, a plain XADD): an applied event in the token's namespaces
+            candidates = sorted(ns for ns in principal.namespaces if ns != ALL)
+        return event_state(
+            event_id, marker, self.runtime.graph, [ns for ns in candidates if principal.may(ns)]
+        )
 
     # -- insights ------------------------------------------------------------------------------------
     def insight(self, principal: Principal, insight_id: str, as_of: str | None = None) -> InsightResponse:

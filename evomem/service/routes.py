@@ -95,6 +95,7 @@ class Api:
         work: dict[str, Work] = {
             "retrieve": self._retrieve,
             "events": self._events,
+            "event": self._event,
             "insight": self._insight,
             "lineage": self._lineage,
             "retrieval": self._retrieval,
@@ -285,6 +286,16 @@ class Api:
             return self.service.publish(principal, event, len(body)).model_dump_json().encode()
 
         return _json(202, await self._off_loop(work, self._hot, call.record))
+
+    async def _event(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, event_id = call.principal, call.request.path_params["id"]
+        return _json(
+            200,
+            await self._off_loop(
+                lambda: _dump(self.service.event(principal, event_id)), self._cold, call.record
+            ),
+        )
 
     async def _insight(self, call: _Call) -> Response:
         assert call.principal is not None

@@ -663,6 +663,11 @@ class InMemoryGraphStore:
         with self._lock:
             return (namespace, event_id) in self._applied
 
+    def applied_result(self, namespace: str, event_id: str) -> ApplyResult | None:
+        with self._lock:
+            found = self._applied.get((namespace, event_id))
+        return None if found is None else found[0]
+
     def recent_quality(self, namespace: str) -> QualitySignal:
         with self._lock:
             rows = self._recent.get(namespace, [])

@@ -6,6 +6,7 @@ the task event's JSON Schema; any language can publish with a plain XADD.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -19,10 +20,12 @@ from schemas import ControlRequest, TaskEvent
 
 # Checks that every insight the event names exists in its namespace and that its event id was not
 # applied or decided before for other content (ARGV[2], the event's digest); returns the first
-# offending id ("bad:") or "reused:"; else appends the event, "ok:" and the new entry id, or on a
-# cluster (no stream among the keys: it lives in another slot) "ok:" alone, and the caller appends.
-# KEYS: the event's applied marker, its decision, the insights it names (ARGV[3..]), then the
-# stream on one server. ARGV: document, digest, insight ids.
+# offending id ("bad:") or "reused:"; else appends the event, sets its state marker (when ARGV[6+n],
+# its TTL, is not 0) and returns "ok:" and the new entry id, or on a cluster (no stream among the
+# keys: it lives in another slot) "ok:" alone, and the caller appends and marks.
+# KEYS: the event's applied marker, its decision, its published digest, the n insights it names,
+# then on one server the event's state marker and the stream. ARGV: document, digest, the published
+# digest's TTL, n, the insight ids, state, the state's TTL.
 _PUBLISH = """
 for i = 1, 3 do
   local seen = redis.call('GET', KEYS[i])
@@ -33,12 +36,15 @@ for i = 1, 3 do
     end
   end
 end
-for i = 4, #ARGV do
-  if redis.call('EXISTS', KEYS[i]) == 0 then return 'bad:' .. ARGV[i] end
+local n = tonumber(ARGV[4])
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[3 + i]) == 0 then return 'bad:' .. ARGV[4 + i] end
 end
 redis.call('SET', KEYS[3], cjson.encode({digest = ARGV[2]}), 'EX', tonumber(ARGV[3]), 'NX')
-if #KEYS == #ARGV then return 'ok:' end
-return 'ok:' .. redis.call('XADD', KEYS[#KEYS], '*', 'event', ARGV[1])
+if #KEYS == 3 + n then return 'ok:' end
+local id = redis.call('XADD', KEYS[#KEYS], '*', 'event', ARGV[1])
+if ARGV[6 + n] ~= '0' then redis.call('SET', KEYS[#KEYS - 1], ARGV[5 + n], 'EX', ARGV[6 + n]) end
+return 'ok:' .. id
 """
 
 
@@ -68,8 +74,10 @@ class EventStream:
         group: str = keys.CONSUMER_GROUP,
         wait_replicas: int = 0,
         wait_timeout_ms: int = 1000,
+        state_ttl_s: int = 86_400,
     ) -> None:
         self.r = mapped(client)
+        self.state_ttl_s = state_ttl_s  # how long an event's state marker is kept (0: none)
         self.maxlen = maxlen
         self.stream = stream
         self.group = group
@@ -92,15 +100,25 @@ class EventStream:
             keys.published(ns, event_id),
             *(keys.insight(ns, i) for i in named),
         ]
+        state = json.dumps({"namespace": ns, "state": "queued"})
         try:
             res = _s(
                 self._publish(
-                    keys=checked if self.clustered else [*checked, self.stream],
-                    args=[doc, event_digest(event), PUBLISHED_TTL_S, *named],
+                    keys=checked if self.clustered else [*checked, keys.event_state(event_id), self.stream],
+                    args=[
+                        doc,
+                        event_digest(event),
+                        PUBLISHED_TTL_S,
+                        len(named),
+                        *named,
+                        state,
+                        self.state_ttl_s,
+                    ],
                 )
             )
             if res == "ok:":  # a cluster: the stream is in another slot, appended once the checks pass
                 res = "ok:" + _s(self.r.xadd(self.stream, {"event": doc}))
+                self._mark(event_id, state)
             durable(self.r, [self.stream], self.wait_replicas, self.wait_timeout_ms)
         except TransientError as exc:
             raise TransientError("redis unreachable; the event was not published") from exc
@@ -127,6 +145,23 @@ class EventStream:
         except TransientError as exc:
             raise TransientError("redis unreachable; the request was not published") from exc
         return entry_id
+
+    def _mark(self, event_id: str, state: str) -> None:
+        if self.state_ttl_s:
+            self.r.set(keys.event_state(event_id), state, ex=self.state_ttl_s)
+
+    def state_of(self, event_id: str) -> dict[str, Any] | None:
+        """The state marker of a reported event: its ``namespace`` and ``state`` (``queued`` or
+        ``dead-lettered``, then with ``reason``, ``field`` and ``dead_letter_id``); None when none
+        is kept (never reported here, reported before ``EVENT_STATE_TTL_S``, or by a plain XADD)."""
+        raw = self.r.get(keys.event_state(event_id))
+        if raw is None:
+            return None
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) and isinstance(doc.get("namespace"), str) else None
 
     def publish_raw(self, document: str | bytes) -> str:
         """Append a document as it is, unvalidated (what a foreign publisher's XADD does)."""
@@ -245,13 +280,17 @@ class EventStream:
         # goes first and the ack after: a process that dies in between leaves the entry pending,
         # to be dead-lettered again — never lost
         if self.clustered:
-            self.r.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
+            dlq_id = self.r.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
             self.r.xack(self.stream, self.group, entry.id)
-            return
-        pipe = self.r.pipeline(transaction=True)
-        pipe.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
-        pipe.xack(self.stream, self.group, entry.id)
-        pipe.execute()
+        else:
+            pipe = self.r.pipeline(transaction=True)
+            pipe.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
+            pipe.xack(self.stream, self.group, entry.id)
+            dlq_id, _ = pipe.execute()
+        named = _named(entry.raw)
+        if named is not None:  # a document that names its event and namespace: its state says why
+            state = {"namespace": named[1], "state": "dead-lettered", "reason": reason, "field": field}
+            self._mark(named[0], json.dumps({**state, "dead_letter_id": _s(dlq_id)}))
 
     def dlq(self, count: int = 100) -> list[dict[str, str]]:
         """The newest dead letters first: id, source_id, reason, field, deliveries, at, event."""
@@ -291,6 +330,9 @@ class EventStream:
                 pipe.xdel(keys.DLQ_STREAM, dlq_id)
                 new_id, _ = pipe.execute()
             new_ids.append(_s(new_id))
+            named = _named(document)
+            if named is not None:  # back in the queue
+                self._mark(named[0], json.dumps({"namespace": named[1], "state": "queued"}))
         return new_ids
 
     def info(self, lag_cap: int = 100_000) -> dict[str, int]:
@@ -310,6 +352,20 @@ class EventStream:
             "consumers": int(g.get("consumers", 0)),
             "dead_letters": int(self.r.xlen(keys.DLQ_STREAM)),
         }
+
+
+def _named(raw: bytes | str | None) -> tuple[str, str] | None:
+    """The event id and namespace a stream document names, when it is JSON that names both."""
+    try:
+        doc = json.loads(raw) if raw else None
+    except ValueError:  # not JSON at all (nor UTF-8): nothing names it
+        return None
+    if not isinstance(doc, dict):
+        return None
+    event_id, namespace = doc.get("event_id"), doc.get("namespace")
+    if isinstance(event_id, str) and isinstance(namespace, str) and 0 < len(event_id) <= 128:
+        return event_id, namespace
+    return None
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:

@@ -463,6 +463,16 @@ class RedisGraphStore:
     def is_applied(self, namespace: str, event_id: str) -> bool:
         return bool(self.r.exists(keys.applied(namespace, event_id)))
 
+    def applied_result(self, namespace: str, event_id: str) -> ApplyResult | None:
+        raw = self.r.get(keys.applied(namespace, event_id))
+        if raw is None:
+            return None
+        try:
+            doc = json.loads(_s(raw))
+        except ValueError:
+            return None
+        return _result(doc) if isinstance(doc, dict) and "event_id" in doc else None
+
     def recent_quality(self, namespace: str) -> QualitySignal:
         rows = [_s(x).split(":") for x in self.r.lrange(keys.recent_outcomes(namespace), 0, -1)]
         return QualitySignal(
