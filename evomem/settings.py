@@ -353,7 +353,7 @@ class Settings(BaseSettings):
         gt=0,
         le=60,
     )
-    # The HTTP edge of `evomem serve` and `evomem mcp --http` (evomem/service/edge.py).
+    # The HTTP edge of `evomem serve` and `evomem mcp --http` (evomem/service/http_edge.py).
     http_max_head_bytes: int = _service(
         32 << 10, "largest request head (request line and header fields); past it: 431", ge=1024, le=1 << 20
     )

@@ -44,7 +44,7 @@ from evomem.runfiles import service_url
 from evomem.sdk import Memory, RemoteMemory
 from evomem.sdk.remote import acting_for
 from evomem.service.auth import OPEN, Principal, TokenAuth, Unauthorized
-from evomem.service.edge import EdgeLimits, uvicorn_config
+from evomem.service.http_edge import EdgeLimits, uvicorn_config
 from evomem.settings import Settings
 
 log = get_logger("evomem.mcp")

@@ -20,7 +20,7 @@ from evomem.runfiles import service_url_file
 from evomem.runtime import Runtime, open_runtime
 from evomem.service.auth import TokenAuth
 from evomem.service.connections import COUNTS
-from evomem.service.edge import BACKLOG, EdgeLimits, uvicorn_config
+from evomem.service.http_edge import BACKLOG, EdgeLimits, uvicorn_config
 from evomem.service.retrieval_service import RetrievalService
 from evomem.service.routes import Api, create_app
 from evomem.settings import Settings
