@@ -293,7 +293,7 @@ def test_unexpected_errors_are_500_with_a_generic_body_and_a_logged_traceback(
     def broken(ids: Any) -> Any:
         raise RuntimeError("a bug deep in the store adapter, token=tok-alpha")
 
-    monkeypatch.setattr(Memory(server.service.runtime).graph, "insights", broken)
+    monkeypatch.setattr(Memory(server.service.runtime).graph, "namespace_of", broken)
     wire = Wire(server)
     with caplog.at_level(logging.ERROR, logger="evomem.service"):
         wire.send(request("GET", "/v1/insights/some-id"))

@@ -200,7 +200,10 @@ def _check(kind: str, record: dict[str, Any], namespaces: Collection[str] | None
     if kind == "query":
         query = QueryNode.model_validate({k: v for k, v in record.items() if k != "neighbours"})
         _NAMESPACE.validate_python(query.namespace)
-        for nb in record.get("neighbours", []):
+        neighbours = record.get("neighbours", [])
+        if not isinstance(neighbours, list):
+            raise ValueError("neighbours: a list of [query id, weight]")
+        for nb in neighbours:
             pair = nb if isinstance(nb, list) else [nb, 1.0]
             if len(pair) != 2 or not isinstance(pair[0], str) or not isinstance(pair[1], (int, float)):
                 raise ValueError("neighbours: each is [query id, weight]")
