@@ -123,12 +123,12 @@ class EdgeIndex:
         self.dim = dim
         self.fresh = False
         self._check_layout()
+        self._check_embedder()
         # opened first: its write-ahead log's lock keeps a second process out of the whole store
         # (the namespaces' shards keep no log, see ``persist``)
         self.insights = self._open(self.dir / "insights", self._config(), INSIGHT_INDEXES)
         (self.dir / _LAYOUT_FILE).write_text(LAYOUT + "\n")
         self._check_similarity()
-        self._check_embedder()
         # each namespace's queries, opened on first use; written by the projector's thread, read by
         # any (the HTTP service's), so opening one is under a lock
         self._namespaces: dict[str, Any] = {}
@@ -172,9 +172,9 @@ class EdgeIndex:
         marker = self.dir / _EMBEDDER_FILE
         built = marker.read_text().strip() if marker.exists() else None
         if built is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
             marker.write_text(self.embedder + "\n")
         elif built != self.embedder:
-            self.insights.close()
             raise ConfigError(
                 f"the embedded Qdrant store at {self.dir} was built by the {built} embedder, and "
                 f"EVOMEM_EMBEDDER gives {self.embedder}: run `evomem reindex` to re-embed it from Redis "
@@ -220,6 +220,12 @@ class EdgeIndex:
         except Exception as exc:  # the engine raises a bare exception type for a held WAL lock
             if "modifier" in str(exc):
                 raise self._built_for("cosine" if self.idf else "idf") from None
+            if "ncompatible" in str(exc):  # a store from before the embedder marker, of another kind
+                raise ConfigError(
+                    f"the embedded Qdrant store at {self.dir} was built by another embedder than "
+                    f"EVOMEM_EMBEDDER's ({self.embedder or self.kind}): run `evomem reindex` to re-embed "
+                    "it from Redis (resumable), or set EVOMEM_EMBEDDER back"
+                ) from None
             if "WouldBlock" in str(exc):
                 raise StoreLockedError(
                     f"the embedded Qdrant store at {path} is open in another process; only one process may "
