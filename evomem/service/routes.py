@@ -77,6 +77,10 @@ class Api:
 
     def __init__(self, service: RetrievalService, settings: Settings) -> None:
         self.service = service
+        # a dense embedder in process spends 20-40 ms a task in its forward pass, with the GIL
+        # released: a retrieval then goes to the thread pool, so the event loop keeps answering
+        # (health, other retrievals whose tasks the embedding cache holds) meanwhile
+        self.retrieve_threaded = service.runtime.embedder.kind == "dense"
         self.max_body = settings.http_max_body_bytes
         self.body_timeout_s = settings.http_idle_timeout_s
         self._openapi = json.dumps(openapi()).encode()
@@ -227,6 +231,8 @@ class Api:
             times.update(validate=t1 - t0, retrieve=t2 - t1, serialise=time.perf_counter_ns() - t2)
             return data
 
+        if self.retrieve_threaded:
+            return _json(200, await _threaded(work, call.record))
         return _json(200, _inline(work, call.record))
 
     async def _events(self, call: _Call) -> Response:
