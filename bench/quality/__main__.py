@@ -352,7 +352,7 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None, leaked: list[str
             "failures": failures,
         }
         # a run on another embedder than the arms' hashing keeps its own key beside the reference run
-        embedder = str(field_values(args.set).get("embedder", "hashing"))
+        embedder = dict(field_values(args.set)).get("embedder", "hashing")
         key = RESULTS_KEY if embedder == "hashing" else f"{RESULTS_KEY}_{embedder}"
         section["embedder"] = embedder
         merge_results(args.out, key, section)
