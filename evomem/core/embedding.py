@@ -87,7 +87,8 @@ class CachedEmbedder:
         missing = [n for n in range(len(texts)) if n not in found]
         if missing:
             unique = list(dict.fromkeys(texts[n] for n in missing))
-            fn = self.inner.embed if role == "query" else self.inner.embed_passages  # type: ignore[attr-defined]
+            embed = self.inner.embed  # type: ignore[attr-defined]
+            fn = embed if role == "query" else getattr(self.inner, "embed_passages", embed)
             computed: list[DenseVec] = fn(unique)  # one batch for the texts not kept
             by_text = dict(zip(unique, computed, strict=True))
             for n in missing:
