@@ -106,7 +106,7 @@ down: install            ## stop what `make up` started
 	$(BIN)/evomem down
 
 schemas: install         ## re-export the JSON Schemas of the wire contracts
-	$(BIN)/python -m schemas.export
+	$(BIN)/python -m schemas.json_export
 
 clean:
 	rm -rf $(VENV) .evomem .pytest_cache .mypy_cache .ruff_cache site

@@ -2,7 +2,6 @@
 
 import importlib.metadata as _metadata
 
-from evomem.core.retrieval import ScoredInsight
 from evomem.errors import (
     ConfigError,
     EvomemError,
@@ -13,9 +12,15 @@ from evomem.errors import (
     StoreLockedError,
     TransientError,
 )
-from evomem.pipeline.consolidate import ConsolidationReport
-from evomem.pipeline.retrieve import Retrieval
-from evomem.sdk import InsightView, Memory
+from evomem.results import (
+    ConsolidationReport,
+    EditRecord,
+    InsightView,
+    LineageStep,
+    Retrieval,
+    ScoredInsight,
+)
+from evomem.sdk import Memory
 from evomem.settings import Settings
 from schemas import TaskEvent
 
@@ -27,9 +32,11 @@ except _metadata.PackageNotFoundError:  # imported from a tree that was never in
 __all__ = [
     "ConfigError",
     "ConsolidationReport",
+    "EditRecord",
     "EvomemError",
     "InsightView",
     "InvalidEventError",
+    "LineageStep",
     "Memory",
     "NotFoundError",
     "QuotaExceededError",

@@ -16,7 +16,8 @@ from typing import Any
 from evomem.errors import EvomemError, InvalidEventError, StoreLockedError
 from evomem.logs import configure_logging
 from evomem.ops import progress
-from evomem.sdk import InsightView, Memory, RemoteMemory
+from evomem.results import InsightView
+from evomem.sdk import Memory
 from evomem.settings import Settings
 from schemas import TaskEvent
 
@@ -38,7 +39,7 @@ def _open(index: bool = False) -> Memory:
     return Memory.open_local(Settings(), index=index)
 
 
-def _client(index: bool) -> Memory | RemoteMemory:
+def _client(index: bool) -> Memory:
     """The agent-facing commands go through the service when EVOMEM_URL is set."""
     return Memory.open(Settings(), index=index)
 
@@ -378,7 +379,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_mcp(args: argparse.Namespace) -> int:
     """The Model Context Protocol server, over stdio (the default) or streamable HTTP."""
     try:
-        from evomem.mcp import server
+        from evomem.mcp import mcp_server as server
     except ImportError as exc:
         raise CommandError(
             f"evomem mcp needs the mcp extra: pip install 'evograph-mem[mcp]' ({exc.name} is missing)"

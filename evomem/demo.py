@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evomem.core.ports import EditRecord
 from evomem.errors import ConfigError, EvomemError
 from evomem.ops.progress import Progress, add_flag, wanted
+from evomem.results import EditRecord
 from evomem.sdk import Memory
 from evomem.settings import ArchivePolicy, OperationsMode, Settings
 from schemas import InsightNode

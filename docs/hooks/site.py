@@ -261,11 +261,18 @@ def python_page() -> str:
             module = getattr(objects[name], "__module__", "") or ""
             path = f"evomem.{name}" if module.split(".")[0] == "evomem" else f"{module}.{name}"
             out.append(f"::: {path}")
-            if name == "Memory":
-                out += ["    options:", "      inherited_members: true"]
-            elif name == "Settings":
+            if name == "Settings":
                 out += ["    options:", "      members: false"]
             out.append("")
+        if title == "Opening a memory":
+            out += [
+                "`Memory` holds one of two backends, which answer the same calls with the same results:",
+                "",
+                "::: evomem.sdk.local.LocalBackend",
+                "",
+                "::: evomem.sdk.remote.RemoteBackend",
+                "",
+            ]
         if title == "Events and settings":
             out += [
                 "Every settings field, its variable and default: [the settings reference](settings.md).",

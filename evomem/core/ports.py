@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 from evomem.core.editing import EditPlan
 from evomem.core.hashing import DenseVec, SparseVec
 from evomem.core.retrieval import ServingInsight
+from evomem.results import EditRecord as EditRecord  # re-exported: the stores build them
 from schemas import ControllerDecision, InsightNode, QueryNode, TaskEvent
 
 Vector = Mapping[int, float] | Sequence[float]
@@ -172,20 +173,6 @@ class QualitySignal:
 
 EventKey = tuple[str, str]
 """(namespace, event id): event ids are the client's and scoped to a namespace."""
-
-
-@dataclass(frozen=True, slots=True)
-class EditRecord:
-    """One entry of the append-only edit history."""
-
-    event_id: str
-    op: str
-    outcome: str
-    insight_id: str | None
-    new_id: str | None
-    query_id: str
-    decided_by: str
-    at: str
 
 
 class EditStore(Protocol):

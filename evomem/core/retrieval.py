@@ -26,6 +26,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from evomem.results import ScoredInsight
+
 Scoring = Literal["weighted", "count"]
 
 
@@ -39,22 +41,6 @@ class Candidate:
     negative: Collection[str]
     version: int = 0
     active: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class ScoredInsight:
-    """A served insight with the terms of its score r = s − λc.
-
-    ``support`` and ``conflict`` are the counts of Eq. 9 whatever the scoring; ``score`` is what
-    ranked; ``similarity`` is the similarity of the most similar query that supports it."""
-
-    id: str
-    text: str
-    score: float
-    support: int
-    conflict: int
-    version: int = 0
-    similarity: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

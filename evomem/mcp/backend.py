@@ -1,5 +1,5 @@
 """What the MCP tools do, apart from MCP: retrieve, report and inspect for one principal, against the
-local stores (``LocalMemory``) or a retrieval service (``RemoteMemory``). No MCP import here, so the
+local stores or a retrieval service (either backend of ``Memory``). No MCP import here, so the
 tools' behaviour is plain, typed code."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from evomem.errors import EvomemError, InvalidEventError, NotFoundError
-from evomem.pipeline.retrieve import Retrieval
-from evomem.sdk import LocalMemory, RemoteMemory
+from evomem.results import EditRecord, LineageStep, Retrieval
+from evomem.sdk import Memory
 from evomem.sdk.calls import check_namespace
 from evomem.service.auth import Forbidden, Principal
 from schemas.models import MAX_INSIGHT_CHARS
@@ -56,22 +56,6 @@ class ReportOut(BaseModel):
     status: str = Field(description="accepted: it is consolidated in the background")
 
 
-class LineageStep(BaseModel):
-    id: str
-    text: str
-    state: str
-    version: int
-
-
-class EditOut(BaseModel):
-    op: str
-    outcome: str
-    decided_by: str
-    at: str
-    event_id: str
-    new_id: str | None = None
-
-
 class InsightOut(BaseModel):
     id: str
     namespace: str
@@ -83,7 +67,7 @@ class InsightOut(BaseModel):
     helped_queries: list[str] = Field(description="some of them (their text where known)")
     harmed_queries: list[str]
     lineage: list[LineageStep] = Field(description="the revision chain, oldest first")
-    history: list[EditOut] = Field(description="the edits applied to it, oldest first")
+    history: list[EditRecord] = Field(description="the edits applied to it, oldest first")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +77,10 @@ class _Served:
     insight_ids: tuple[str, ...]
 
 
-class Backend:
+class ToolBackend:
     """The three tools' work for a principal. Thread-safe: MCP runs synchronous tools in threads."""
 
-    def __init__(self, memory: LocalMemory | RemoteMemory, default_namespace: str = "default") -> None:
+    def __init__(self, memory: Memory, default_namespace: str = "default") -> None:
         self.memory = memory
         self.default_namespace = default_namespace
         self._served: OrderedDict[str, _Served] = OrderedDict()
@@ -104,7 +88,7 @@ class Backend:
 
     @property
     def remote(self) -> bool:
-        return isinstance(self.memory, RemoteMemory)
+        return self.memory.remote
 
     def namespace_for(self, principal: Principal, namespace: str | None) -> str:
         """The namespace a call acts on: the one named, else the principal's only one, else the default."""
@@ -189,24 +173,13 @@ class Backend:
             harmed=len(harmed),
             helped_queries=[texts.get(q, q) for q in helped[:EVIDENCE_SHOWN]],
             harmed_queries=[texts.get(q, q) for q in harmed[:EVIDENCE_SHOWN]],
-            lineage=self._lineage(insight_id, list(view.lineage)),
-            history=[_edit(h) for h in view.history],
+            lineage=self.memory.lineage(insight_id),
+            history=list(view.history),
         )
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _lineage(self, insight_id: str, chain: list[str]) -> list[LineageStep]:
-        if isinstance(self.memory, RemoteMemory):
-            return [LineageStep.model_validate(step) for step in self.memory.lineage(insight_id)]
-        nodes = self.memory.graph.insights(chain)
-        return [
-            LineageStep(id=n.id, text=n.text, state=n.state, version=n.version)
-            for n in (nodes[i] for i in chain if i in nodes)
-        ]
-
     def _query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:
-        if isinstance(self.memory, RemoteMemory) or not ids:
-            return {}  # the HTTP API shows query ids only
-        return {q: node.text for q, node in self.memory.graph.queries(namespace, ids).items()}
+        return self.memory.backend.query_texts(namespace, ids)  # a remote memory: none, ids only
 
     def _remember(self, r: Retrieval) -> None:
         with self._lock:
@@ -219,7 +192,7 @@ class Backend:
             return self._served.get(retrieval_id)
 
     def on_report(self) -> None:
-        """Called after each report; a local backend consolidates then (``LocalBackend``)."""
+        """Called after each report; a local backend consolidates then (``LocalToolBackend``)."""
 
     def close(self) -> None:
         self.memory.close()
@@ -248,18 +221,6 @@ def feedback_of(verdicts: list[VerdictIn]) -> dict[str, Any]:
     return out
 
 
-def _edit(h: Any) -> EditOut:
-    get = h.get if isinstance(h, dict) else lambda k: getattr(h, k)
-    return EditOut(
-        op=get("op"),
-        outcome=get("outcome"),
-        decided_by=get("decided_by"),
-        at=get("at"),
-        event_id=get("event_id"),
-        new_id=get("new_id"),
-    )
-
-
 def describe(exc: BaseException) -> str:
     """What a tool's caller is told about an error: the SDK's message for ours, nothing internal else."""
     if isinstance(exc, InvalidEventError):
@@ -270,10 +231,10 @@ def describe(exc: BaseException) -> str:
 
 
 __all__ = [
-    "Backend",
     "InsightOut",
     "ReportOut",
     "RetrieveOut",
+    "ToolBackend",
     "VerdictIn",
     "describe",
     "feedback_of",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,48 +28,12 @@ from evomem.core.ports import ApplyResult, EditStore, Entry, EventKey, EventLog,
 from evomem.errors import InvalidEventError, TransientError, reason_of
 from evomem.logs import get_logger
 from evomem.ops import tracing
+from evomem.results import ConsolidationReport
 from evomem.settings import Settings
 from schemas import ControllerDecision, TaskEvent
 from schemas.models import utcnow
 
 log = get_logger("evomem.consolidation")
-
-
-@dataclass
-class ConsolidationReport:
-    events: int = 0
-    applied: int = 0
-    replayed: int = 0
-    dead_lettered: int = 0
-    deferred: int = 0
-    operations: Counter[str] = field(default_factory=Counter)
-    outcomes: Counter[str] = field(default_factory=Counter)
-    decisions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (operation, outcome)
-    #: Where the batch's time went (ns): prepare (parse, retrieval records), decide (stored decisions
-    #: and the controller), twins (near-duplicate search), plan, apply (the edit scripts), ack.
-    stages_ns: Counter[str] = field(default_factory=Counter)
-
-    def merge(self, other: ConsolidationReport) -> None:
-        self.events += other.events
-        self.applied += other.applied
-        self.replayed += other.replayed
-        self.dead_lettered += other.dead_lettered
-        self.deferred += other.deferred
-        self.operations.update(other.operations)
-        self.outcomes.update(other.outcomes)
-        self.decisions.update(other.decisions)
-        self.stages_ns.update(other.stages_ns)
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "events": self.events,
-            "applied": self.applied,
-            "replayed": self.replayed,
-            "dead_lettered": self.dead_lettered,
-            "deferred": self.deferred,
-            "operations": dict(self.operations),
-            "outcomes": dict(self.outcomes),
-        }
 
 
 @dataclass

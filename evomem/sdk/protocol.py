@@ -1,28 +1,19 @@
-"""What both SDK clients offer, so that code written against one runs against the other: the local
-``Memory`` (this process talks to the stores) and ``RemoteMemory`` (a client of the retrieval
-service). Neither imports the other; ``evomem.sdk.Memory.open`` picks one."""
+"""What a backend of ``Memory`` answers: the calls that both the local backend (this process talks
+to the stores) and the remote one (a client of the retrieval service) offer, with the same results
+(``evomem.results``). Neither backend imports the other; ``evomem.sdk.memory`` holds one."""
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
-from evomem.pipeline.consolidate import ConsolidationReport
-from evomem.pipeline.retrieve import Retrieval
-from schemas import InsightNode, TaskEvent
+from evomem.results import ConsolidationReport, InsightView, LineageStep, Retrieval
+from schemas import TaskEvent
 
 
-class InsightLike(Protocol):
-    """An insight as ``insight()`` shows it: the node, its lineage (oldest first), its history."""
+class Backend(Protocol):
+    #: True for a client of a retrieval service, False for the stores in this process.
+    remote: bool
 
-    @property
-    def node(self) -> InsightNode: ...
-
-    @property
-    def lineage(self) -> tuple[str, ...]: ...
-
-
-class MemoryClient(Protocol):
     def retrieve(
         self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
     ) -> Retrieval: ...
@@ -39,15 +30,13 @@ class MemoryClient(Protocol):
 
     def consolidate(self, max_events: int | None = None) -> ConsolidationReport: ...
 
-    def insight(self, insight_id: str, namespace: str | None = None) -> InsightLike: ...
+    def insight(self, insight_id: str, namespace: str | None = None) -> InsightView: ...
+
+    def lineage(self, insight_id: str) -> list[LineageStep]: ...
+
+    def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]: ...
 
     def close(self) -> None: ...
 
-    def __enter__(self) -> Self: ...
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None: ...
-
-
-__all__ = ["InsightLike", "MemoryClient"]
+__all__ = ["Backend"]

@@ -1,16 +1,15 @@
-"""The SDK's remote mode: ``Memory.open()`` with ``EVOMEM_URL`` talks to a retrieval service over
-HTTP (httpx), with the same methods as the embedded memory."""
+"""The remote backend of ``Memory``: with ``EVOMEM_URL`` set, ``Memory.open()`` talks to a retrieval
+service over HTTP (httpx), with the same calls and results as the local backend. It imports neither
+Redis nor Qdrant (an import contract and tests/unit/test_sdk_surface.py hold it to that)."""
 
 from __future__ import annotations
 
 import json
 import urllib.parse
-from types import TracebackType
 from typing import Any
 
 import httpx
 
-from evomem.core.retrieval import ScoredInsight
 from evomem.errors import (
     ConfigError,
     EvomemError,
@@ -20,8 +19,14 @@ from evomem.errors import (
     TransientError,
 )
 from evomem.ops import tracing
-from evomem.pipeline.consolidate import ConsolidationReport
-from evomem.pipeline.retrieve import Retrieval
+from evomem.results import (
+    ConsolidationReport,
+    EditRecord,
+    InsightView,
+    LineageStep,
+    Retrieval,
+    ScoredInsight,
+)
 from evomem.sdk.calls import build_event, check_retrieve_args
 from evomem.settings import Settings
 from schemas import InsightNode, TaskEvent
@@ -29,20 +34,22 @@ from schemas import InsightNode, TaskEvent
 TIMEOUT_S = 10.0
 
 
-class RemoteInsight:
-    """An insight as the service shows it: ``.node``, ``.lineage``, ``.history`` and the node's fields."""
-
-    def __init__(self, body: dict[str, Any]) -> None:
-        self.node = InsightNode.model_validate(body["insight"])
-        self.lineage = tuple(body["lineage"])
-        self.history = tuple(body["history"])
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.node, name)
+def _insight_view(body: dict[str, Any]) -> InsightView:
+    """The service's insight document as the SDK's ``InsightView`` (it sends no evidence edges)."""
+    return InsightView(
+        InsightNode.model_validate(body["insight"]),
+        tuple(body["lineage"]),
+        (),
+        tuple(EditRecord(**h) for h in body["history"]),
+    )
 
 
-class RemoteMemory:
-    def __init__(self, url: str, token: str | None) -> None:
+class RemoteBackend:
+    """A client of a retrieval service (``evomem serve``) at ``url``, with a bearer ``token``."""
+
+    remote = True
+
+    def __init__(self, url: str, token: str | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError("EVOMEM_URL must be an http(s) URL")
@@ -59,8 +66,9 @@ class RemoteMemory:
         )
 
     @classmethod
-    def open(cls, settings: Settings) -> RemoteMemory:
-        assert settings.url is not None
+    def open(cls, settings: Settings) -> RemoteBackend:
+        if settings.url is None:
+            raise ConfigError("a remote memory needs EVOMEM_URL")
         return cls(settings.url, settings.token.get_secret_value() if settings.token else None)
 
     def _call(self, method: str, path: str, body: str | bytes | None = None) -> Any:
@@ -88,7 +96,7 @@ class RemoteMemory:
             raise TransientError(message)
         raise EvomemError(f"HTTP {status}: {message}")
 
-    # -- the same calls as Memory ----------------------------------------------------------------
+    # -- the same calls as the local backend -----------------------------------------------------
     def retrieve(
         self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
     ) -> Retrieval:
@@ -131,28 +139,28 @@ class RemoteMemory:
         """Consolidation runs in the service's workers; nothing to do from a client."""
         return ConsolidationReport()
 
-    def insight(self, insight_id: str, namespace: str | None = None) -> RemoteInsight:
+    def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:
         if not isinstance(insight_id, str) or not insight_id:
             raise NotFoundError(f"no insight {insight_id!r}")
-        view = RemoteInsight(self._call("GET", f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}"))
+        view = _insight_view(self._call("GET", f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}"))
         if namespace is not None and view.node.namespace != namespace:
             raise NotFoundError(f"no insight {insight_id!r} in namespace {namespace!r}")
         return view
 
-    def lineage(self, insight_id: str) -> list[dict[str, Any]]:
+    def lineage(self, insight_id: str) -> list[LineageStep]:
+        """The revision chain through an insight, oldest first, each with its text and state."""
+        if not isinstance(insight_id, str) or not insight_id:
+            raise NotFoundError(f"no insight {insight_id!r}")
         path = f"/v1/insights/{urllib.parse.quote(insight_id, safe='')}/lineage"
-        return list(self._call("GET", path)["lineage"])
+        steps = self._call("GET", path)["lineage"]
+        return [LineageStep(e["id"], e["text"], e["state"], e["version"]) for e in steps]
+
+    def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:
+        """The HTTP API shows past queries by id only: no texts."""
+        return {}
 
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> RemoteMemory:
-        return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-__all__ = ["RemoteInsight", "RemoteMemory"]
+__all__ = ["RemoteBackend"]

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
+from evomem.results import EditRecord, LineageStep
 from schemas import InsightNode, TaskEvent
 from schemas.models import Namespace
 
@@ -63,33 +64,15 @@ class EventAccepted(_Body):
     entry_id: str
 
 
-class EditRecordBody(_Body):
-    event_id: str
-    op: str
-    outcome: str
-    insight_id: str | None
-    new_id: str | None
-    query_id: str
-    decided_by: str
-    at: str
-
-
 class InsightResponse(_Body):
     insight: InsightNode
     lineage: list[str]
-    history: list[EditRecordBody]
-
-
-class LineageEntry(_Body):
-    id: str
-    text: str
-    state: str
-    version: int
+    history: list[EditRecord]
 
 
 class LineageResponse(_Body):
     id: str
-    lineage: list[LineageEntry]
+    lineage: list[LineageStep]
 
 
 class ErrorBody(_Body):

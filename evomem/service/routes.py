@@ -26,9 +26,8 @@ from starlette.routing import Route
 from evomem import timings
 from evomem.logs import bind, bound, get_logger
 from evomem.service.api import ROUTES, RetrieveRequest, RouteSpec, openapi
-from evomem.service.app import RetrievalService
 from evomem.service.auth import Principal
-from evomem.service.errors import (
+from evomem.service.http_errors import (
     CLOSE_AFTER,
     BodyTooLarge,
     ForeignOrigin,
@@ -37,6 +36,7 @@ from evomem.service.errors import (
     classify,
 )
 from evomem.service.metrics import CONTENT_TYPE
+from evomem.service.retrieval_service import RetrievalService
 from evomem.settings import Settings
 from schemas import TaskEvent
 

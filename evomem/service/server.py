@@ -19,8 +19,8 @@ from evomem.errors import ConfigError
 from evomem.logs import get_logger
 from evomem.runfiles import service_url_file
 from evomem.runtime import Runtime, open_runtime
-from evomem.service.app import RetrievalService
 from evomem.service.auth import TokenAuth
+from evomem.service.retrieval_service import RetrievalService
 from evomem.service.routes import Api, create_app
 from evomem.settings import Settings
 

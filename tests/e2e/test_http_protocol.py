@@ -16,7 +16,7 @@ import redis
 from pydantic import SecretStr
 
 from evomem import Memory, Settings
-from evomem.sdk.remote import RemoteMemory
+from evomem.sdk import RemoteMemory
 from evomem.service.server import EvomemHTTPServer, build_server
 from tests.support.pipeline_helpers import wait_for
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from evomem.adapters.llm.client import EndpointError, retry_after_s
+from evomem.adapters.llm.endpoint import EndpointError, retry_after_s
 from evomem.adapters.llm.ratelimit import RateLimiter
 from evomem.adapters.llm.usage import event_usage, summary
 from evomem.runtime import open_worker

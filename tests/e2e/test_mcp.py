@@ -21,7 +21,7 @@ from mcp.types import CallToolResult
 from pydantic import SecretStr
 
 from evomem import Memory, Settings
-from evomem.mcp.server import LocalBackend, MCPHTTPServer, build
+from evomem.mcp.mcp_server import LocalToolBackend, MCPHTTPServer, build
 from evomem.service.auth import OPEN
 
 TOOLS = {"retrieve_insights", "report_outcome", "inspect_insight"}
@@ -119,7 +119,7 @@ async def learn_and_revise(client: Client, namespace: str, settle: Any, *, query
 def test_in_process_client_lists_retrieves_reports_and_inspects(
     settings: Settings, redis_client: redis.Redis
 ) -> None:
-    backend = LocalBackend(Memory.open_local(settings), "fever", consolidate=False)
+    backend = LocalToolBackend(Memory.open_local(settings), "fever", consolidate=False)
 
     async def run() -> None:
         async def settle() -> None:

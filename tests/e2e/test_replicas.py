@@ -157,8 +157,8 @@ def test_a_replica_behind_by_more_than_the_setting_answers_stale(
     tmp_path: Path, redis_url: str, redis_client: redis.Redis
 ) -> None:
     from evomem.service.api import RetrieveRequest
-    from evomem.service.app import RetrievalService
     from evomem.service.auth import OPEN, TokenAuth
+    from evomem.service.retrieval_service import RetrievalService
 
     settings = Settings(data_dir=tmp_path / "data", redis_url=redis_url, stale_after_s=0.05)
     with Memory.open_local(settings) as mem, Memory.open_local(settings, index=False) as writer:

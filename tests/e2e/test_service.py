@@ -15,7 +15,7 @@ import redis
 
 from evomem import InvalidEventError, Memory, NotFoundError, Settings, StoreLockedError
 from evomem.adapters.redis.connection import EmbeddedRedis
-from evomem.sdk.remote import RemoteMemory
+from evomem.sdk import RemoteMemory
 from evomem.service.server import EvomemHTTPServer, build_server
 
 TOKENS = "tok-alpha=alpha;tok-beta=beta;tok-admin=*"
@@ -304,8 +304,8 @@ def test_when_redis_is_down_retrieval_fails_open_from_qdrant_alone(tmp_path: Pat
 def test_staleness_is_reported_while_the_projector_is_behind(
     settings: Settings, redis_client: redis.Redis
 ) -> None:
-    from evomem.service.app import RetrievalService
     from evomem.service.auth import TokenAuth
+    from evomem.service.retrieval_service import RetrievalService
 
     with Memory.open_local(settings) as mem, Memory.open_local(settings, index=False) as writer:
         service = RetrievalService(mem.runtime, TokenAuth(None))

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from evomem import Memory, Settings, TaskEvent
-from evomem.sdk.remote import RemoteMemory
+from evomem.sdk import RemoteMemory
 from evomem.service.server import build_server
 
 

@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from evomem.adapters.llm.answers import load_json
-from evomem.adapters.llm.client import ChatEndpoint, ResponseFormatUnsupported
 from evomem.adapters.llm.controller import LLMController
+from evomem.adapters.llm.endpoint import ChatEndpoint, ResponseFormatUnsupported
 from evomem.adapters.llm.prompt import SYSTEM_PROMPT, build_batch
 from evomem.adapters.llm.token_count import EstimatedTokens
 from evomem.adapters.llm.usage import event_usage, summary

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -31,9 +32,18 @@ def test_the_built_wheel_runs_the_readme_example_in_a_fresh_venv(tmp_path: Path)
     work = tmp_path / "elsewhere"
     work.mkdir()
 
+    source = tmp_path / "src"  # a clean copy of the tracked tree: a build leaves nothing in the checkout
+    tracked = _run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard"], work, env, 60).split()
+    for name in tracked:
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     dist = tmp_path / "dist"
     _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)], work, env, 600
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)],
+        work,
+        env,
+        600,
     )
     (wheel,) = dist.glob("*.whl")
     assert wheel.name.startswith(f"{project['name'].replace('-', '_')}-{project['version']}-")

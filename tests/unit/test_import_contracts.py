@@ -49,6 +49,8 @@ def test_a_vendor_in_the_core_an_upward_import_and_a_cycle_each_break_a_contract
     )
     (tree / "evomem/adapters/redis/ping.py").write_text("from evomem.adapters.redis import pong\n")
     (tree / "evomem/adapters/redis/pong.py").write_text("from evomem.adapters.redis import ping\n")
+    remote = tree / "evomem/sdk/remote.py"
+    remote.write_text(remote.read_text() + "\nfrom evomem.runtime import open_runtime  # noqa\n")
     result = _lint(tree)
     out = result.stdout
     assert result.returncode != 0, out
@@ -56,3 +58,4 @@ def test_a_vendor_in_the_core_an_upward_import_and_a_cycle_each_break_a_contract
     assert "evomem.core.leak -> redis" in out
     assert "evomem.pipeline.upward -> evomem.runtime" in out  # the layers contract
     assert "No import cycle between sibling modules anywhere BROKEN" in out
+    assert "load neither Redis, Qdrant nor the" in out and "evomem.sdk.remote -> evomem.runtime" in out

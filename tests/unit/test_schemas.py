@@ -17,14 +17,14 @@ from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ValidationError
 
 from schemas import ControllerDecision, InsightNode, QueryNode, TaskEvent, TaskStatus
-from schemas.export import JSON_DIR, MODELS, export, render
+from schemas.json_export import JSON_DIR, MODELS, export, render
 
 SCHEMAS = {name: json.loads((JSON_DIR / f"{name}.schema.json").read_text()) for name in MODELS}
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_each_schema_file_is_what_the_model_exports_today(name: str) -> None:
-    """If this fails, run ``python -m schemas.export`` and commit the files with the model change."""
+    """If this fails, run ``python -m schemas.json_export`` and commit the files with the model change."""
     assert (JSON_DIR / f"{name}.schema.json").read_text() == render(MODELS[name])
 
 

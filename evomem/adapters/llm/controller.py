@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from evomem.adapters.llm.adaptive import AdaptiveLimits
 from evomem.adapters.llm.answers import DuplicateCheck, entry_text, read_answer
-from evomem.adapters.llm.client import (
+from evomem.adapters.llm.endpoint import (
     FALLBACK,
     ChatEndpoint,
     ChatReply,

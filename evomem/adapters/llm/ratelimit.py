@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from evomem import keys
-from evomem.adapters.llm.client import EndpointError
+from evomem.adapters.llm.endpoint import EndpointError
 from evomem.adapters.redis.connection import Client, mapped
 from evomem.errors import TransientError
 

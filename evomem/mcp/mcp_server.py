@@ -29,9 +29,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from evomem.errors import ConfigError, EvomemError, StoreLockedError
 from evomem.logs import get_logger
-from evomem.mcp.backend import Backend, InsightOut, ReportOut, RetrieveOut, VerdictIn, describe
+from evomem.mcp.backend import InsightOut, ReportOut, RetrieveOut, ToolBackend, VerdictIn, describe
 from evomem.runfiles import service_url
-from evomem.sdk import LocalMemory, RemoteMemory
+from evomem.sdk import Memory, RemoteMemory
 from evomem.service.auth import OPEN, Principal, TokenAuth, Unauthorized
 from evomem.settings import Settings
 
@@ -49,7 +49,7 @@ INSTRUCTIONS = (
 class Tools:
     """The MCP server's tools, bound to a backend and to how a caller's principal is found."""
 
-    def __init__(self, backend: Backend, principal: Principal, auth: TokenAuth | None) -> None:
+    def __init__(self, backend: ToolBackend, principal: Principal, auth: TokenAuth | None) -> None:
         self.backend = backend
         self.principal = principal  # stdio's, or open HTTP's
         self.auth = auth  # HTTP with tokens: each request's own principal
@@ -209,28 +209,28 @@ class BearerGate:
 
 
 # -- assembling and running -------------------------------------------------------------------------
-def open_backend(settings: Settings) -> Backend:
+def open_backend(settings: Settings) -> ToolBackend:
     """The local stores, or the service of ``EVOMEM_URL``; when the embedded store is held by a
     running service (``evomem up``), that service."""
     default = settings.mcp_namespace or "default"
     if settings.url is not None:
-        return Backend(RemoteMemory.open(settings), default)
+        return ToolBackend(RemoteMemory.from_settings(settings), default)
     try:
-        memory = LocalMemory.open_local(settings)
+        memory = Memory.open_local(settings)
     except StoreLockedError:
         url = service_url(settings.data_dir)
         if url is None:
             raise
         log.info("mcp.using_service", url=url)
-        return Backend(RemoteMemory(url, _token(settings)), default)
-    return LocalBackend(memory, default, consolidate=settings.mcp_consolidate)
+        return ToolBackend(RemoteMemory(url, _token(settings)), default)
+    return LocalToolBackend(memory, default, consolidate=settings.mcp_consolidate)
 
 
-class LocalBackend(Backend):
+class LocalToolBackend(ToolBackend):
     """On the local stores the server keeps the index in step and, unless told not to, consolidates
     what it is told in a thread of its own, so a desktop agent with no workers still learns."""
 
-    def __init__(self, memory: LocalMemory, default_namespace: str, *, consolidate: bool) -> None:
+    def __init__(self, memory: Memory, default_namespace: str, *, consolidate: bool) -> None:
         super().__init__(memory, default_namespace)
         self.local = memory
         memory.follow()
@@ -269,10 +269,10 @@ def _token(settings: Settings) -> str | None:
     return settings.token.get_secret_value() if settings.token else None
 
 
-def make_auth(settings: Settings, backend: Backend | None = None) -> TokenAuth:
+def make_auth(settings: Settings, backend: ToolBackend | None = None) -> TokenAuth:
     """``EVOMEM_TOKENS``, plus the run-time tokens when the backend is the local stores."""
     auth = TokenAuth(settings.tokens.get_secret_value() if settings.tokens else None)
-    if isinstance(backend, LocalBackend):
+    if isinstance(backend, LocalToolBackend):
         auth.attach(backend.local.runtime.tokens)
     return auth
 
@@ -300,7 +300,7 @@ def bind_namespace(principal: Principal, namespace: str | None) -> Principal:
     return Principal(principal.name, frozenset({namespace}))
 
 
-def build(backend: Backend, principal: Principal, auth: TokenAuth | None = None) -> MCPServer[Any]:
+def build(backend: ToolBackend, principal: Principal, auth: TokenAuth | None = None) -> MCPServer[Any]:
     """The MCP server with its tools; ``auth`` set for HTTP callers who bring their own token."""
     from evomem import __version__
 
@@ -333,7 +333,7 @@ class MCPHTTPServer:
     """The streamable HTTP app under uvicorn on a socket bound first (a port in use fails fast and
     opens nothing); ``serve_forever`` runs it in any thread, ``shutdown`` stops it."""
 
-    def __init__(self, settings: Settings, port: int, backend: Backend | None = None) -> None:
+    def __init__(self, settings: Settings, port: int, backend: ToolBackend | None = None) -> None:
         from evomem.service.routes import LOOPBACK_HOSTS
         from evomem.service.server import bind
 

@@ -10,14 +10,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from evomem.core.ports import EditRecord
 from evomem.errors import EvomemError, NotFoundError, StoreError, TransientError
 from evomem.logs import bind, get_logger
+from evomem.results import EditRecord, LineageStep
 from evomem.runtime import Runtime
 from evomem.service.api import (
     EventAccepted,
     InsightResponse,
-    LineageEntry,
     LineageResponse,
     RetrieveRequest,
     RetrieveResponse,
@@ -114,9 +113,7 @@ class RetrievalService:
     # -- insights ------------------------------------------------------------------------------------
     def insight(self, principal: Principal, insight_id: str) -> InsightResponse:
         view = self._visible(principal, insight_id)
-        return InsightResponse(
-            insight=view.node, lineage=list(view.lineage), history=[asdict(h) for h in view.history]
-        )
+        return InsightResponse(insight=view.node, lineage=list(view.lineage), history=list(view.history))
 
     def lineage(self, principal: Principal, insight_id: str) -> LineageResponse:
         view = self._visible(principal, insight_id)
@@ -124,7 +121,7 @@ class RetrievalService:
         return LineageResponse(
             id=insight_id,
             lineage=[
-                LineageEntry(id=n.id, text=n.text, state=n.state, version=n.version)
+                LineageStep(n.id, n.text, n.state, n.version)
                 for n in (nodes[i] for i in view.lineage if i in nodes)
             ],
         )

@@ -1,4 +1,4 @@
-"""Export the JSON Schemas of the wire contracts to ``schemas/json`` (``python -m schemas.export``)."""
+"""Export the JSON Schemas of the wire contracts to ``schemas/json`` (``python -m schemas.json_export``)."""
 
 from __future__ import annotations
 
