@@ -120,7 +120,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--embedders", default="hashing,auto")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 40 events, 200 past queries")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.events, args.past = 40, 200
     results = {}
     with tempfile.TemporaryDirectory(prefix="evomem-embed-cost-") as tmp:
         for e in args.embedders.split(","):

@@ -133,8 +133,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--embedders", default="hashing,auto", help="comma-separated EVOMEM_EMBEDDER values")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 40 pairs, not a measurement")
     args = ap.parse_args(argv)
-    ps = pairs(args.pairs, args.kind)
+    ps = pairs(40 if args.quick else args.pairs, args.kind)
     t0 = time.perf_counter()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="evomem-paraphrase-") as tmp:
