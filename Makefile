@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install llm-local demo demo-llm test test-unit test-slow test-all test-llm lint docs format bench bench-quality bench-growth bench-cluster schemas up down clean
+.PHONY: install llm-local demo demo-llm test test-unit test-slow test-all test-llm lint docs format bench bench-quality bench-growth bench-wrk bench-cluster schemas up down clean
 
 install: $(STAMP)
 
@@ -85,9 +85,13 @@ bench: install           ## benchmarks; figures printed and merged into bench/re
 		--results-key http_aligned $(ALIGNED)
 	$(BIN)/python -m bench.growth
 	$(BIN)/python -m bench.caches
+	$(BIN)/python -m bench.tenants
 
 bench-growth: install    ## cost per task as the memory learns (10k and 100k tasks), and the hot insight
 	$(BIN)/python -m bench.growth
+
+bench-wrk: install       ## evomem serve under wrk (apt-get install wrk): 32 and 128 keep-alive connections, 1 vs 2 processes
+	$(BIN)/python -m bench.wrk
 
 bench-cluster: install   ## one server against a local Redis Cluster (3 masters + 3 replicas): report, consolidate, retrieve
 	$(BIN)/python -m bench.cluster

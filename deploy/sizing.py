@@ -311,7 +311,51 @@ def growth(results: Json) -> list[str]:
     return [*out, ""]
 
 
-SECTIONS: tuple[Callable[[Json], list[str]], ...] = (pipeline, llm, service, scale, growth)
+def tenants(results: Json) -> list[str]:
+    out = ["### Tenants: the same tasks over many namespaces (`tenants`)", ""]
+    section = results.get("tenants")
+    spreads = section.get("spreads") if isinstance(section, dict) else None
+    if not isinstance(section, dict) or not spreads:
+        return [*out, "Not measured: `bench/results.json` has no `tenants.spreads`.", ""]
+    out += [
+        _source("tenants", section),
+        "One process (embedded Redis and Qdrant Edge, rule controller) retrieves and reports every "
+        "task, then consolidates them all; small namespaces share the index's shared shards, one past "
+        "`EVOMEM_INDEX_PROMOTE_AT` queries gets a shard of its own (docs/guides/tenancy.md).",
+        "",
+    ]
+    rows = []
+    for key in sorted(spreads, key=int):
+        r = spreads[key]
+        tiers = r.get("tiers") or {}
+        rows.append(
+            [
+                _num(r.get("namespaces")),
+                _num(r.get("tasks")),
+                _num(r.get("consolidation_events_per_s")),
+                _num((r.get("retrieve") or {}).get("p50_ms"), 2),
+                _num(r.get("files")),
+                _num(r.get("files_per_namespace"), 3),
+                _num(r.get("rss_mb")),
+                _num(r.get("open_fds")),
+                f"{tiers.get('shared_namespaces', '-')} / {tiers.get('promoted_namespaces', '-')}",
+            ]
+        )
+    header = [
+        "namespaces",
+        "tasks",
+        "consolidation events/s",
+        "retrieve p50 ms",
+        "files",
+        "files a namespace",
+        "RSS MB",
+        "open fds",
+        "shared / promoted",
+    ]
+    return [*out, *_table(header, rows), ""]
+
+
+SECTIONS: tuple[Callable[[Json], list[str]], ...] = (pipeline, llm, service, scale, growth, tenants)
 
 
 def render(results: Json) -> str:

@@ -15,12 +15,13 @@ from evomem.errors import (
 from evomem.results import (
     ConsolidationReport,
     EditRecord,
+    EventState,
     InsightView,
     LineageStep,
     Retrieval,
     ScoredInsight,
 )
-from evomem.sdk import Memory
+from evomem.sdk import AsyncMemory, Memory
 from evomem.settings import Settings
 from schemas import TaskEvent
 
@@ -30,9 +31,11 @@ except _metadata.PackageNotFoundError:  # imported from a tree that was never in
     __version__ = "0+unknown"
 
 __all__ = [
+    "AsyncMemory",
     "ConfigError",
     "ConsolidationReport",
     "EditRecord",
+    "EventState",
     "EvomemError",
     "InsightView",
     "InvalidEventError",

@@ -6,10 +6,12 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import sys
 import textwrap
 import traceback
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -150,11 +152,51 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- revert / pin / unpin ---------------------------------------------------------------------------
+def cmd_revert(args: argparse.Namespace) -> int:
+    since = None
+    if args.since:
+        try:
+            since = datetime.fromisoformat(args.since)
+        except ValueError:
+            raise InvalidEventError(
+                "since", "an ISO 8601 time with its zone, e.g. 2026-01-02T03:04:05+00:00"
+            ) from None
+    with _client(index=False) as mem:
+        request_id = mem.revert(
+            args.event_id,
+            namespace=args.namespace,
+            insight_id=args.insight,
+            since=since,
+            by=args.by,
+            reason=args.reason,
+            request_id=args.request_id,
+        )
+    print(request_id)
+    return 0
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    with _client(index=False) as mem:
+        call = mem.pin if args.command == "pin" else mem.unpin
+        print(
+            call(
+                args.insight_id,
+                namespace=args.namespace,
+                by=args.by,
+                reason=args.reason,
+                request_id=args.request_id,
+            )
+        )
+    return 0
+
+
 # -- inspect / stats ------------------------------------------------------------------------------
 def render_insight(view: InsightView, queries: dict[str, str]) -> str:
     n = view.node
     mark = "●" if n.active else "○"
-    lines = [f"{mark} {n.id}  [{n.state}, v{n.version}, namespace {n.namespace}]"]
+    pinned = ", pinned" if n.pinned else ""
+    lines = [f"{mark} {n.id}  [{n.state}{pinned}, v{n.version}, namespace {n.namespace}]"]
     lines += textwrap.wrap(n.text, 96, initial_indent="  “", subsequent_indent="   ")
     lines[-1] += "”"
 
@@ -181,7 +223,16 @@ def render_insight(view: InsightView, queries: dict[str, str]) -> str:
         for h in view.history[-12:]:
             extra = f" → {h.new_id[:8]}" if h.new_id and h.new_id != n.id else ""
             lines.append(f"    {h.at[:19]}  {h.op:<7} {h.outcome:<17} by {h.decided_by}{extra}")
+            if h.note:
+                lines.append(f"      {h.note[:110]}")
     return "\n".join(lines)
+
+
+def cmd_event(args: argparse.Namespace) -> int:
+    """The state of a reported event (through the service when EVOMEM_URL is set), as JSON."""
+    with _client(index=False) as mem:
+        _out(mem.event(args.event_id, args.namespace).model_dump(mode="json"))
+    return 0
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -253,6 +304,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
             print(f"  {model:<24} {m['prompt_tokens']} + {m['completion_tokens']} tokens")
         if llm.get("failures"):
             print("  failed tries   " + ", ".join(f"{k} {v}" for k, v in sorted(llm["failures"].items())))
+    tiers = (stats.get("index") or {}).get("tiers")
+    if tiers:
+        print(
+            f"index tiers    {tiers['shared_namespaces']} namespace(s) in {tiers['shared_shards']} shared "
+            f"shard(s), {tiers['promoted_namespaces']} promoted to their own "
+            f"({tiers['own_shards_open']} open; promoted at {tiers['promote_at']} queries)"
+        )
     for d in stats["recent_dead_letters"]:
         print(f"dead letter    {d['id']}  {d['reason'][:DEAD_LETTER_CHARS]}")
     for ns, d in stats["namespaces"].items():
@@ -302,10 +360,20 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 # -- the pipeline: workers, the retrieval side, dead letters ------------------------------------
 def cmd_worker(args: argparse.Namespace) -> int:
     """A Celery consolidation worker (``celery -A workers.app worker`` with the right options)."""
-    import os
-
     settings = Settings()
-    from evomem.runtime import broker_redis_url
+    from evomem.runtime import broker_redis_url, hold_redis
+
+    # the embedded Redis this worker may start is held until it stops, then stopped if nobody else
+    # uses it (it was left running before)
+    _, release = hold_redis(settings)
+    try:
+        return _run_worker(args, settings, broker_redis_url)
+    finally:
+        release()
+
+
+def _run_worker(args: argparse.Namespace, settings: Settings, broker_redis_url: Any) -> int:
+    import os
 
     broker_redis_url(settings)  # a cluster without a broker is refused here, not by Celery's fallback
     port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
@@ -419,7 +487,8 @@ def cmd_tokens(args: argparse.Namespace) -> int:
             if args.json:
                 _out([asdict(r) for r in records])
             for r in records if not args.json else []:
-                print(f"{r.id}  {r.created_at}  {','.join(r.namespaces):<24} {r.name}")
+                shown = f"{r.id}  {r.created_at}  {','.join(r.namespaces):<24} {r.name}"
+                print(_printable(shown))
             if not records and not args.json:
                 print("no run-time tokens (EVOMEM_TOKENS are not listed)")
         else:
@@ -502,9 +571,16 @@ def _show_settings(args: argparse.Namespace) -> int:
 
 
 def _required_namespace(args: argparse.Namespace) -> str:
+    from evomem.sdk.calls import check_namespace
+
     if not args.namespace:
         raise CommandError(f"evomem settings {args.action} needs a namespace")
-    return str(args.namespace)
+    return check_namespace(args.namespace)  # never `*`, `{x}` or a line break
+
+
+def _printable(text: str) -> str:
+    """``text`` with its control characters escaped: a name cannot move the cursor or forge a line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
@@ -529,6 +605,27 @@ def cmd_dlq(args: argparse.Namespace) -> int:
             ids = [d["id"] for d in mem.stream.dlq(1_000_000)] if args.all else args.ids
             replayed = mem.stream.replay(ids)
             print(f"replayed {len(replayed)} event(s)")
+    return 0
+
+
+def cmd_changes(args: argparse.Namespace) -> int:
+    """The changes the projector skipped (their data could never apply): list, replay, drop."""
+    with _open() as mem:
+        feed = mem.runtime.changes
+        if args.action == "list":
+            letters = feed.dead_changes(args.count)
+            if args.json:
+                _out(letters)
+            for d in letters if not args.json else []:
+                print(f"{d['dead_id']}  {d['kind']} {d['ns']}/{d['id']}  {d['reason'][:100]!r}")
+            if not letters and not args.json:
+                print("no skipped changes")
+            return 0
+        ids = [d["dead_id"] for d in feed.dead_changes(1_000_000)] if args.all else args.ids
+        if args.action == "replay":
+            print(f"replayed {feed.replay_dead(ids)} change(s)")
+        else:
+            print(f"dropped {feed.drop_dead(ids)} change(s)")
     return 0
 
 
@@ -558,7 +655,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     if progress.wanted(args.progress):
         lines = progress.iterate(lines, "import", text.count("\n") + (not text.endswith("\n")), True)
     with _open() as mem:
-        counts = mem.runtime.import_records(lines)
+        try:
+            counts = mem.runtime.import_records(lines, set(args.namespace) if args.namespace else None)
+        except InvalidEventError as exc:
+            sys.stderr.write(f"evomem: import refused, nothing written: {exc}\n")
+            return 2
     print(
         f"imported {counts['queries']} queries and {counts['insights']} insights; "
         f"{counts['skipped']} already present"
@@ -674,6 +775,42 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_consolidate)
 
+    sp = sub.add_parser(
+        "revert",
+        help="undo an event's edits, or every edit of a namespace since a time, as new edits",
+        description="Undo the edits of EVENT_ID (with --insight: only its edits of that insight), or with "
+        "--since every edit of the namespace applied since then, newest first. Nothing is deleted: the "
+        "inverse edits are applied by the workers, in order with the events, and kept in the history. "
+        "Prints the request id; the same --request-id twice is one revert.",
+    )
+    sp.add_argument("event_id", nargs="?")
+    sp.add_argument("-n", "--namespace", default="default")
+    sp.add_argument("--insight", help="only the event's edits of this insight")
+    sp.add_argument("--since", help="every edit applied at or after this ISO 8601 time (with its zone)")
+    sp.add_argument("--by", help="who asks (default: the local user; the token's name over HTTP)")
+    sp.add_argument("--reason")
+    sp.add_argument("--request-id")
+    sp.set_defaults(func=cmd_revert)
+
+    for name, help_ in (
+        ("pin", "keep an insight as it is: no verdict archives or revises it"),
+        ("unpin", "let verdicts archive or revise a pinned insight again"),
+    ):
+        sp = sub.add_parser(name, help=help_)
+        sp.add_argument("insight_id")
+        sp.add_argument("-n", "--namespace")
+        sp.add_argument("--by", help="who asks (default: the local user; the token's name over HTTP)")
+        sp.add_argument("--reason")
+        sp.add_argument("--request-id")
+        sp.set_defaults(func=cmd_pin)
+
+    sp = sub.add_parser(
+        "event", help="the state of a reported event: queued, applied (its edits) or dead-lettered (why)"
+    )
+    sp.add_argument("event_id")
+    sp.add_argument("-n", "--namespace", help="its namespace (needed once its state marker has expired)")
+    sp.set_defaults(func=cmd_event)
+
     sp = sub.add_parser("inspect", help="an insight's evidence, lineage and history; or list a namespace")
     sp.add_argument("insight_id", nargs="?")
     sp.add_argument("-n", "--namespace")
@@ -736,6 +873,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_dlq)
 
+    sp = sub.add_parser("changes", help="changes the projector skipped: list, replay, drop")
+    sp.add_argument("action", choices=["list", "replay", "drop"])
+    sp.add_argument("ids", nargs="*", help="their ids, as `list` shows them")
+    sp.add_argument("--all", action="store_true", help="every skipped change")
+    sp.add_argument("--count", type=int, default=50)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_changes)
+
     sp = sub.add_parser("export", help="write a memory's nodes as JSON lines")
     sp.add_argument("-n", "--namespace", action="append", help="only these namespaces (repeatable)")
     sp.add_argument("-o", "--output", help="a file; default standard output")
@@ -744,6 +889,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("import", help="load an export (idempotent)")
     sp.add_argument("file", help="an export file; - reads standard input")
+    sp.add_argument(
+        "-n", "--namespace", action="append", help="refuse any record of another namespace (repeatable)"
+    )
     progress.add_flag(sp)
     sp.set_defaults(func=cmd_import)
 
@@ -784,6 +932,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             tracing.configure(Settings())
         code: int = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader left (`| head`): what it wanted was written; say nothing, like other tools
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except BaseException as exc:  # every error leaves as one line; --debug shows its traceback
         if isinstance(exc, SystemExit):
             raise

@@ -675,6 +675,10 @@ def run(args: argparse.Namespace) -> int:
             if any((root / sub).is_dir() and any((root / sub).iterdir()) for sub in ARM_DIRS):
                 sys.stderr.write(f"evomem demo: {root} already holds a demo run; pick an empty --data-dir\n")
                 return 2
+            if root.exists() and (not root.is_dir() or any(p.name not in ARM_DIRS for p in root.iterdir())):
+                # never write beside what a user keeps there (a project, a home directory)
+                sys.stderr.write(f"evomem demo: {root} is not empty; pick an empty or new --data-dir\n")
+                return 2
         try:
             judge = open_judge(args, stack, say)
         except EvomemError as exc:

@@ -24,6 +24,7 @@ EVENTS_STREAM = f"{PREFIX}:events"  # task events, field "event" = JSON document
 CHANGES_STREAM = f"{PREFIX}:changes"  # (kind, ns, id, version) of every changed node, for projectors
 HISTORY_STREAM = f"{PREFIX}:history"  # append-only edit history, one entry per applied edit
 DLQ_STREAM = f"{PREFIX}:dlq"  # dead letters, with the reason
+CHANGES_DEAD = f"{PREFIX}:changes:dead"  # changes the projector could never apply, with the reason
 CONSUMER_GROUP = "consolidators"
 NAMESPACES = f"{PREFIX}:namespaces"  # set of namespaces ever written
 INSIGHT_DIRECTORY = f"{PREFIX}:ids"  # hash: insight id -> its namespace (insight ids are unique)
@@ -54,6 +55,8 @@ LUA_KINDS = (
     "quota",
     "recent",
     "outbox",
+    "control",
+    "reverted",
 )
 
 
@@ -161,6 +164,19 @@ def decision(namespace: str, event_id: str) -> str:
     return _key(namespace, "decision", event_id)
 
 
+def published(namespace: str, event_id: str) -> str:
+    """The digest of an event as it was published, for a day: a conflicting one is refused at once,
+    before the first is consolidated (after, ``applied`` and ``decision`` say so)."""
+    return _key(namespace, "published", event_id)
+
+
+def event_state(event_id: str) -> str:
+    """The state of a reported event for ``GET /v1/events/{id}`` (JSON: its namespace, queued or
+    dead-lettered with the reason); with a TTL. Looked up by the event id alone, so not under a
+    namespace: the namespace it names is checked against the caller's."""
+    return f"{PREFIX}:event:{{{event_id}}}"
+
+
 def retrieval(namespace: str, retrieval_id: str) -> str:
     return _key(namespace, "retrieval", retrieval_id)
 
@@ -200,6 +216,16 @@ def outbox(namespace: str, event_id: str) -> str:
     """On a Redis Cluster: what an applied event still has to write outside its namespace's slot
     (the change feed, the history stream, the id directory), until that is written (JSON)."""
     return _key(namespace, "outbox", event_id)
+
+
+def control(namespace: str, request_id: str) -> str:
+    """Marker that an operator's request (revert, pin, unpin) is applied; its value is the result."""
+    return _key(namespace, "control", request_id)
+
+
+def reverted(namespace: str) -> str:
+    """Set: the key of every edit of the namespace a request reverted (``lifecycle.edit_key``)."""
+    return _key(namespace, "reverted")
 
 
 def projector_cursor(index_identity: str) -> str:

@@ -30,11 +30,16 @@ def _dirs(settings: Settings) -> tuple[Path, Path]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (exited, not yet reaped by its parent) does not."""
     try:
         os.kill(pid, 0)
     except OSError:
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (another OS): the signal is all there is to go by
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
 def _pids(run: Path) -> dict[str, int]:

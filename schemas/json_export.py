@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from schemas.models import ControllerDecision, InsightNode, QueryNode, TaskEvent
+from schemas.models import ControllerDecision, ControlRequest, InsightNode, QueryNode, TaskEvent
 
 JSON_DIR = Path(__file__).with_name("json")
 MODELS: dict[str, type[BaseModel]] = {
@@ -16,6 +16,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "query_node": QueryNode,
     "insight_node": InsightNode,
     "controller_decision": ControllerDecision,
+    "control_request": ControlRequest,
 }
 
 

@@ -165,6 +165,7 @@ class InsightNode(_Strict):
     created_by_event: str
     created_at: datetime
     updated_at: datetime
+    pinned: bool = Field(False, description="an operator pinned it: no controller archives or revises it")
 
     @property
     def active(self) -> bool:
@@ -215,10 +216,60 @@ class ControllerDecision(_Strict):
         return next((e for e in self.insight_edits if e.insight_id == insight_id), None)
 
 
+ControlAction = Literal["revert", "pin", "unpin"]
+
+
+class ControlRequest(_Strict):
+    """An operator's request, applied by the workers in order with the task events: revert edits
+    (one event's, one edit of it, or every edit of the namespace since a time), pin or unpin an
+    insight. Nothing is deleted; each request is recorded in the history with who made it."""
+
+    request_id: uuid.UUID = Field(
+        default_factory=uuid.uuid4, description="Made by the client; the same request twice is one."
+    )
+    namespace: Namespace
+    action: ControlAction
+    by: Annotated[str, StringConstraints(min_length=1, max_length=128)] = Field(
+        description="who asks (over HTTP: the token's name)"
+    )
+    reason: Annotated[str, StringConstraints(max_length=MAX_INSIGHT_CHARS)] | None = None
+    event_id: NodeId | None = Field(None, description="revert: the event whose edits are undone")
+    insight_id: NodeId | None = Field(
+        None, description="pin/unpin: the insight; revert with event_id: only that event's edits of it"
+    )
+    since: datetime | None = Field(
+        None, description="revert: every edit of the namespace applied at or after this time"
+    )
+    occurred_at: datetime = Field(default_factory=utcnow)
+    schema_version: Literal[1] = SCHEMA_VERSION
+
+    @field_validator("since", "occurred_at", mode="before")
+    @classmethod
+    def _date_time_text(cls, value: Any) -> Any:
+        if isinstance(value, int | float):  # the JSON Schema says an RFC 3339 string, not Unix time
+            raise ValueError("must be an RFC 3339 date-time string")
+        return value
+
+    @model_validator(mode="after")
+    def _targets(self) -> ControlRequest:
+        if self.action == "revert":
+            if (self.event_id is None) == (self.since is None):
+                raise ValueError("a revert names either event_id or since")
+            if self.since is not None and self.insight_id is not None:
+                raise ValueError("a revert since a time takes no insight_id")
+            if self.since is not None and self.since.tzinfo is None:
+                raise ValueError("since must carry a time zone")
+        elif self.insight_id is None or self.event_id is not None or self.since is not None:
+            raise ValueError(f"{self.action} names an insight_id and nothing else")
+        return self
+
+
 __all__ = [
     "MAX_TRAJECTORY_BYTES",
     "SCHEMA_VERSION",
     "AddDecision",
+    "ControlAction",
+    "ControlRequest",
     "ControllerDecision",
     "InsightEdit",
     "InsightNode",

@@ -234,7 +234,7 @@ def python_page() -> str:
     names = [n for n in evomem.__all__ if not n.startswith("_")]
     objects = {n: getattr(evomem, n) for n in names}
     errors = [n for n, o in objects.items() if isinstance(o, type) and issubclass(o, EvomemError)]
-    entry = [n for n in ("Memory",) if n in objects]
+    entry = [n for n in ("Memory", "AsyncMemory") if n in objects]
     config = [n for n in ("Settings", "TaskEvent") if n in objects]
     results = [n for n in names if n not in {*errors, *entry, *config}]
     errors.sort(key=lambda n: (n != "EvomemError", n))

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, Protocol
 
 from evomem.core.editing import EditPlan
 from evomem.core.hashing import DenseVec, SparseVec
+from evomem.core.lifecycle import AppliedEvent, ControlPlan, ControlResult
 from evomem.core.retrieval import ServingInsight
 from evomem.results import EditRecord as EditRecord  # re-exported: the stores build them
-from schemas import ControllerDecision, InsightNode, QueryNode, TaskEvent
+from schemas import ControllerDecision, ControlRequest, InsightNode, QueryNode, TaskEvent
 
 Vector = Mapping[int, float] | Sequence[float]
 """A sparse vector as {index: value} or a dense one as a list of floats."""
@@ -36,6 +38,7 @@ class EditOutcome:
     outcome: str
     new_id: str | None = None
     forwarded_to: str | None = None
+    judged: bool = True  # its evidence counts toward the evidence policy (a revert takes it back)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,8 @@ class Change:
     namespace: str
     id: str
     version: int
+    problem: str | None = None
+    """Why the entry cannot be a change (a malformed field): the projector skips it to a dead letter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,10 @@ class RetrievalRecord:
     insight_ids: tuple[str, ...]
     similar_scores: tuple[float, ...] = ()
     similarity: tuple[float, ...] = ()
+    #: for the audit of what was served and why: each served insight's (score, support, conflict),
+    #: and when (ISO 8601); empty in records written before they were kept
+    scores: tuple[tuple[float, int, int], ...] = ()
+    at: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,10 +308,36 @@ class GraphReader(Protocol):
 
     def is_applied(self, namespace: str, event_id: str) -> bool: ...
 
+    def applied_result(self, namespace: str, event_id: str) -> ApplyResult | None:
+        """What applying the event did (its edits' outcomes, the insights it created), or None
+        while it is not applied."""
+        ...
+
     def load_retrieval(self, namespace: str, retrieval_id: str) -> RetrievalRecord | None: ...
 
 
-class GraphStore(EditStore, RetrievalGraph, ProjectionSource, GraphReader, Protocol):
+class ControlStore(Protocol):
+    """What the workers read and write to apply an operator's request (``evomem.core.lifecycle``)."""
+
+    def applied_events(self, namespace: str, event_ids: Collection[str]) -> dict[str, AppliedEvent]:
+        """What each of these events applied, for those that were applied."""
+        ...
+
+    def events_since(self, namespace: str, since: datetime) -> list[str]:
+        """The events of the namespace whose edits were applied at or after ``since``, oldest first."""
+        ...
+
+    def apply_control(self, plan: ControlPlan) -> ControlResult:
+        """Apply a control plan atomically; a request applied before changes nothing; an edit a
+        request reverted before is not reverted again."""
+        ...
+
+
+class ConsolidationStore(EditStore, ControlStore, Protocol):
+    """What the consolidation workers read and write: the task events' edits and the operators' requests."""
+
+
+class GraphStore(EditStore, RetrievalGraph, ProjectionSource, GraphReader, ControlStore, Protocol):
     """The whole system of record: every role above, as a store implements it (the contract suite
     runs the same tests on the Redis store and the in-memory reference)."""
 
@@ -315,6 +350,7 @@ class Entry:
     raw: bytes | None  # None when the entry has no event: trimmed away while pending, or foreign
     deliveries: int = 1
     fields: tuple[str, ...] | None = None  # the entry's field names when it has no "event" field
+    kind: Literal["event", "control"] = "event"  # a task event, or an operator's ``ControlRequest``
 
     @property
     def unreadable(self) -> str:
@@ -332,6 +368,10 @@ class EventLog(Protocol):
 
     def publish(self, event: TaskEvent) -> str:
         """Validate the ids the event names and append it; return the entry id."""
+        ...
+
+    def publish_control(self, request: ControlRequest) -> str:
+        """Append an operator's request (field ``control``), after the events published before it."""
         ...
 
     def read(self, consumer: str, count: int, block_ms: int | None = None) -> list[Entry]:
@@ -371,6 +411,10 @@ class ChangeFeed(Protocol):
         ...
 
     def save_cursor(self, identity: str, cursor: str) -> None: ...
+
+    def dead_letter(self, change: Change, reason: str) -> None:
+        """Keep a change that can never be applied, with why, so that it can be replayed or dropped."""
+        ...
 
 
 class Embedder(Protocol):

@@ -7,12 +7,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from evomem.errors import EvomemError, InvalidEventError, NotFoundError
-from evomem.results import EditRecord, LineageStep, Retrieval
+from evomem.results import EditRecord, EventState, LineageStep, Retrieval
 from evomem.sdk import Memory
 from evomem.sdk.calls import check_namespace
 from evomem.service.auth import Forbidden, Principal
@@ -68,6 +69,13 @@ class InsightOut(BaseModel):
     harmed_queries: list[str]
     lineage: list[LineageStep] = Field(description="the revision chain, oldest first")
     history: list[EditRecord] = Field(description="the edits applied to it, oldest first")
+
+
+class ControlOut(BaseModel):
+    request_id: str
+    namespace: str
+    action: str
+    status: str = Field(description="accepted: the workers apply it in order with the reported events")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +185,62 @@ class ToolBackend:
             history=list(view.history),
         )
 
+    def revert(
+        self,
+        principal: Principal,
+        *,
+        event_id: str | None = None,
+        since: str | None = None,
+        insight_id: str | None = None,
+        namespace: str | None = None,
+        reason: str | None = None,
+    ) -> ControlOut:
+        ns = self.namespace_for(principal, namespace)
+        when = None
+        if since is not None:
+            try:
+                when = datetime.fromisoformat(since)
+            except ValueError:
+                raise InvalidEventError("since", "an ISO 8601 time with its zone") from None
+        request_id = self.memory.revert(
+            event_id,
+            namespace=ns,
+            insight_id=insight_id,
+            since=when,
+            by=f"mcp:{principal.name}"[:128],
+            reason=reason,
+        )
+        self.on_report()
+        return ControlOut(request_id=request_id, namespace=ns, action="revert", status="accepted")
+
+    def pin(
+        self, principal: Principal, insight_id: str, pinned: bool, reason: str | None = None
+    ) -> ControlOut:
+        missing = NotFoundError(f"no insight {insight_id!r}")
+        try:
+            node = self.memory.insight(insight_id).node
+        except NotFoundError:
+            raise missing from None
+        if not principal.may(node.namespace):  # another tenant's insight does not exist for this caller
+            raise missing
+        call = self.memory.pin if pinned else self.memory.unpin
+        request_id = call(
+            insight_id, namespace=node.namespace, by=f"mcp:{principal.name}"[:128], reason=reason
+        )
+        self.on_report()
+        action = "pin" if pinned else "unpin"
+        return ControlOut(request_id=request_id, namespace=node.namespace, action=action, status="accepted")
+
+    def event(self, principal: Principal, event_id: str) -> EventState:
+        """The state of a reported event; another tenant's event does not exist for this caller."""
+        try:
+            state = self.memory.event(event_id)
+        except NotFoundError:
+            raise NotFoundError(f"no event {event_id!r}") from None
+        if not principal.may(state.namespace):
+            raise NotFoundError(f"no event {event_id!r}")
+        return state
+
     # -- helpers ---------------------------------------------------------------------------------
     def _query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:
         return self.memory.backend.query_texts(namespace, ids)  # a remote memory: none, ids only
@@ -231,6 +295,7 @@ def describe(exc: BaseException) -> str:
 
 
 __all__ = [
+    "ControlOut",
     "InsightOut",
     "ReportOut",
     "RetrieveOut",

@@ -1,5 +1,6 @@
 """``evomem mcp``: the memory as a Model Context Protocol server (the official ``mcp`` SDK), over stdio
-or streamable HTTP, with three tools — retrieve insights, report an outcome, inspect an insight.
+or streamable HTTP, with its tools — retrieve insights, report an outcome, inspect an insight, and
+the operator's two: revert edits, pin an insight.
 
 Over HTTP every request carries a bearer token checked exactly as the HTTP service checks it (the
 same ``TokenAuth``); the SDK binds each MCP session to the token that opened it. Over stdio the
@@ -13,7 +14,7 @@ import contextlib
 import json
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -25,14 +26,25 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evomem.errors import ConfigError, EvomemError, StoreLockedError
 from evomem.logs import get_logger
-from evomem.mcp.backend import InsightOut, ReportOut, RetrieveOut, ToolBackend, VerdictIn, describe
+from evomem.mcp.backend import (
+    ControlOut,
+    InsightOut,
+    ReportOut,
+    RetrieveOut,
+    ToolBackend,
+    VerdictIn,
+    describe,
+)
+from evomem.results import EventState
 from evomem.runfiles import service_url
 from evomem.sdk import Memory, RemoteMemory
+from evomem.sdk.remote import acting_for
 from evomem.service.auth import OPEN, Principal, TokenAuth, Unauthorized
+from evomem.service.http_edge import EdgeLimits, uvicorn_config
 from evomem.settings import Settings
 
 log = get_logger("evomem.mcp")
@@ -49,10 +61,23 @@ INSTRUCTIONS = (
 class Tools:
     """The MCP server's tools, bound to a backend and to how a caller's principal is found."""
 
-    def __init__(self, backend: ToolBackend, principal: Principal, auth: TokenAuth | None) -> None:
+    def __init__(
+        self, backend: ToolBackend, principal: Principal, auth: TokenAuth | None, *, forward: bool = False
+    ) -> None:
         self.backend = backend
         self.principal = principal  # stdio's, or open HTTP's
         self.auth = auth  # HTTP with tokens: each request's own principal
+        # HTTP in front of a service, with no tokens of its own: each caller's token goes on to the
+        # service, which checks it; the process's own EVOMEM_TOKEN is never lent to a caller
+        self.forward = forward
+
+    def _run(self, ctx: Context[Any, Any], fn: Any) -> Any:
+        if not self.forward:
+            return _run(fn)
+        request = ctx.request_context.request
+        headers = getattr(request, "headers", None)
+        with acting_for(headers.get("authorization") if headers is not None else None):
+            return _run(fn)
 
     def caller(self, ctx: Context[Any, Any]) -> Principal:
         """The principal of this call: the token of its HTTP request, or the process's own."""
@@ -77,7 +102,22 @@ class Tools:
             structured_output=True,
         )
         server.add_tool(
+            self.revert_edits,
+            annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False),
+            structured_output=True,
+        )
+        server.add_tool(
+            self.pin_insight,
+            annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False),
+            structured_output=True,
+        )
+        server.add_tool(
             self.inspect_insight,
+            annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+            structured_output=True,
+        )
+        server.add_tool(
+            self.event_state,
             annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
             structured_output=True,
         )
@@ -93,7 +133,7 @@ class Tools:
     ) -> Annotated[CallToolResult, RetrieveOut]:
         """Insights learned from similar past tasks, ranked by how often they helped minus how often
         they misled; the result's prompt is ready to put in your context, each insight with its id."""
-        out = _run(lambda: self.backend.retrieve(self.caller(ctx), query, namespace, budget))
+        out = self._run(ctx, lambda: self.backend.retrieve(self.caller(ctx), query, namespace, budget))
         return _result(out.prompt, out)
 
     def report_outcome(
@@ -121,7 +161,8 @@ class Tools:
         support, harmful ones lose it (and are archived once they mislead too often), a partial one
         is revised to your text, and a proposed insight is added unless it repeats one."""
         principal = self.caller(ctx)
-        out = _run(
+        out = self._run(
+            ctx,
             lambda: self.backend.report(
                 principal,
                 status,
@@ -133,10 +174,54 @@ class Tools:
                 final_answer=final_answer,
                 feedback=feedback,
                 trajectory=trajectory,
-            )
+            ),
         )
         self.backend.on_report()
         return _result(f"reported: event {out.event_id} in namespace {out.namespace}", out)
+
+    def revert_edits(
+        self,
+        ctx: Context[Any, Any],
+        event_id: Annotated[str | None, Field(description="the event whose edits are undone")] = None,
+        since: Annotated[
+            str | None,
+            Field(description="or: every edit of the namespace since this ISO 8601 time (with zone)"),
+        ] = None,
+        insight_id: Annotated[
+            str | None, Field(description="with event_id: only its edits of this insight")
+        ] = None,
+        namespace: Annotated[
+            str | None, Field(description="default: the one this connection is bound to")
+        ] = None,
+        reason: str | None = None,
+    ) -> Annotated[CallToolResult, ControlOut]:
+        """Undo edits as new edits (nothing is deleted): a revised insight's previous version serves
+        again, an archived one is active again, an added one is archived, evidence is withdrawn."""
+        principal = self.caller(ctx)
+        out = _run(
+            lambda: self.backend.revert(
+                principal,
+                event_id=event_id,
+                since=since,
+                insight_id=insight_id,
+                namespace=namespace,
+                reason=reason,
+            )
+        )
+        return _result(f"revert accepted: request {out.request_id} in namespace {out.namespace}", out)
+
+    def pin_insight(
+        self,
+        ctx: Context[Any, Any],
+        insight_id: Annotated[str, Field(min_length=1, max_length=128, description="an insight's id")],
+        pinned: Annotated[bool, Field(description="true: pin it; false: unpin it")] = True,
+        reason: str | None = None,
+    ) -> Annotated[CallToolResult, ControlOut]:
+        """Pin an insight known to be right: no verdict archives or revises it while it is pinned
+        (their evidence is still recorded). Unpin to let them act again."""
+        principal = self.caller(ctx)
+        out = _run(lambda: self.backend.pin(principal, insight_id, pinned, reason))
+        return _result(f"{out.action} accepted: request {out.request_id}", out)
 
     def inspect_insight(
         self,
@@ -145,12 +230,27 @@ class Tools:
     ) -> Annotated[CallToolResult, InsightOut]:
         """An insight's evidence (the past tasks it helped and harmed), its state, its revision
         lineage and every edit applied to it."""
-        out = _run(lambda: self.backend.inspect(self.caller(ctx), insight_id))
+        out = self._run(ctx, lambda: self.backend.inspect(self.caller(ctx), insight_id))
         text = (
             f"[{out.id}] {out.state}, v{out.version}, helped {out.helped}, harmed {out.harmed}: {out.text}\n"
             + "lineage: "
             + " -> ".join(f"{s.id} ({s.state})" for s in out.lineage)
         )
+        return _result(text, out)
+
+    def event_state(
+        self,
+        ctx: Context[Any, Any],
+        event_id: Annotated[str, Field(min_length=1, max_length=64, description="report_outcome's event_id")],
+    ) -> Annotated[CallToolResult, EventState]:
+        """Whether a reported outcome was applied yet: queued, applied (with the edits it made) or
+        dead-lettered (with the reason it was refused)."""
+        out = _run(lambda: self.backend.event(self.caller(ctx), event_id))
+        text = f"event {out.event_id}: {out.state}"
+        if out.state == "applied":
+            text += " — " + (", ".join(f"{e.op} {e.outcome}" for e in out.edits) or "no edit")
+        elif out.reason:
+            text += f" — {out.reason}"
         return _result(text, out)
 
 
@@ -170,42 +270,82 @@ def _result(text: str, out: Any) -> CallToolResult:
 class BearerGate:
     """The HTTP transport's door: the same bearer tokens as the HTTP service, checked before the SDK
     sees the request. The principal rides in ``scope["user"]`` as the SDK's ``AuthenticatedUser``,
-    so the SDK binds each session to the token that opened it, and the tools read it back."""
+    so the SDK binds each session to the token that opened it, and the tools read it back.
 
-    def __init__(self, app: ASGIApp, auth: TokenAuth) -> None:
+    It also holds each token to ``sessions_per_token`` open sessions (the SDK's own cap is one for
+    the whole server, which one tenant could fill): a request that would open one more gets 429.
+    ``live`` tells which session ids the SDK still holds (closed, expired and idle-reaped ones go)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        auth: TokenAuth,
+        *,
+        sessions_per_token: int | None = None,
+        live: Callable[[], Collection[str]] | None = None,
+    ) -> None:
         self.app = app
         self.auth = auth
+        self.sessions_per_token = sessions_per_token
+        self.live = live
+        self._sessions: dict[str, set[str]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.auth.enabled:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
-        try:
-            principal = self.auth.authenticate(header)
-        except Unauthorized as exc:
-            body = json.dumps({"error": str(exc), "field": "Authorization"}).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b'Bearer realm="evomem"'),
-                    ],
-                }
+        owner = ""  # open: the whole server is one owner
+        if self.auth.enabled:
+            header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+            try:
+                principal = self.auth.authenticate(header)
+            except Unauthorized as exc:
+                await _refuse(
+                    send, 401, str(exc), "Authorization", {b"www-authenticate": b'Bearer realm="evomem"'}
+                )
+                return
+            token = AccessToken(
+                token="",  # never kept: the principal's name identifies it
+                client_id=principal.name,
+                scopes=[],
+                claims={"namespaces": sorted(principal.namespaces)},
             )
-            await send({"type": "http.response.body", "body": body})
-            return
-        token = AccessToken(
-            token="",  # never kept: the principal's name identifies it
-            client_id=principal.name,
-            scopes=[],
-            claims={"namespaces": sorted(principal.namespaces)},
+            scope["user"] = AuthenticatedUser(token)
+            owner = principal.name
+        opening = scope.get("method") == "POST" and not any(
+            k == b"mcp-session-id" for k, _ in scope["headers"]
         )
-        scope["user"] = AuthenticatedUser(token)
-        await self.app(scope, receive, send)
+        if not opening or self.sessions_per_token is None:
+            await self.app(scope, receive, send)
+            return
+        held = self._held(owner)
+        if len(held) >= self.sessions_per_token:
+            message = f"this token holds {len(held)} MCP sessions, the most it may; close one (DELETE) first"
+            await _refuse(send, 429, message, "Mcp-Session-Id", {b"retry-after": b"1"})
+            return
+
+        async def watch(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                for k, v in message.get("headers", ()):
+                    if k.lower() == b"mcp-session-id":
+                        held.add(v.decode("latin-1"))
+            await send(message)
+
+        await self.app(scope, receive, watch)
+
+    def _held(self, owner: str) -> set[str]:
+        held = self._sessions.setdefault(owner, set())
+        if self.live is not None:
+            live = self.live()
+            held.intersection_update(live)
+        return held
+
+
+async def _refuse(send: Send, status: int, error: str, fld: str, extra: dict[bytes, bytes]) -> None:
+    body = json.dumps({"error": error, "field": fld}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + list(extra.items())})
+    await send({"type": "http.response.body", "body": body})
 
 
 # -- assembling and running -------------------------------------------------------------------------
@@ -300,12 +440,15 @@ def bind_namespace(principal: Principal, namespace: str | None) -> Principal:
     return Principal(principal.name, frozenset({namespace}))
 
 
-def build(backend: ToolBackend, principal: Principal, auth: TokenAuth | None = None) -> MCPServer[Any]:
-    """The MCP server with its tools; ``auth`` set for HTTP callers who bring their own token."""
+def build(
+    backend: ToolBackend, principal: Principal, auth: TokenAuth | None = None, *, forward: bool = False
+) -> MCPServer[Any]:
+    """The MCP server with its tools; ``auth`` set for HTTP callers who bring their own token,
+    ``forward`` for HTTP callers whose token goes on to the service of a remote backend."""
     from evomem import __version__
 
     server: MCPServer[Any] = MCPServer("evomem", version=__version__, instructions=INSTRUCTIONS)
-    Tools(backend, principal, auth).register(server)
+    Tools(backend, principal, auth, forward=forward).register(server)
     return server
 
 
@@ -317,7 +460,10 @@ def http_app(server: MCPServer[Any], settings: Settings, auth: TokenAuth) -> ASG
         host=settings.http_host,
         max_request_body_size=settings.http_max_body_bytes,
     )
-    return BearerGate(app, auth)
+    manager = server.session_manager
+    # the SDK keeps no public view of its open sessions; its registry is read, never written
+    live: Callable[[], Collection[str]] = lambda: manager._server_instances.keys()  # noqa: E731
+    return BearerGate(app, auth, sessions_per_token=settings.mcp_sessions_per_token, live=live)
 
 
 def serve_stdio(settings: Settings) -> None:
@@ -350,13 +496,13 @@ class MCPHTTPServer:
                 "without EVOMEM_TOKENS the MCP server only listens on loopback; set tokens to bind "
                 + settings.http_host
             )
-        server = build(self.backend, bind_namespace(OPEN, settings.mcp_namespace), self.auth)
-        config = uvicorn.Config(
+        # in front of a service with no tokens here: forward each caller's own, lend none
+        forward = self.backend.remote and not self.auth.enabled
+        server = build(self.backend, bind_namespace(OPEN, settings.mcp_namespace), self.auth, forward=forward)
+        config = uvicorn_config(
             http_app(server, settings, self.auth),
+            EdgeLimits.from_settings(settings),
             lifespan="on",
-            log_config=None,
-            access_log=False,
-            server_header=False,
             timeout_graceful_shutdown=5,
         )
         self._server = _Server(config)

@@ -10,6 +10,7 @@ applied marker, so it changes nothing twice and costs no second controller call.
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,13 +25,23 @@ from evomem.core.editing import (
     revised_insight_id,
     text_key,
 )
-from evomem.core.ports import ApplyResult, EditStore, Entry, EventKey, EventLog, StoredDecision
-from evomem.errors import InvalidEventError, TransientError, reason_of
+from evomem.core.lifecycle import ControlResult, plan_control
+from evomem.core.ports import (
+    ApplyResult,
+    ConsolidationStore,
+    ControlStore,
+    Entry,
+    EventKey,
+    EventLog,
+    GraphReader,
+    StoredDecision,
+)
+from evomem.errors import InvalidEventError, NotFoundError, TransientError, reason_of
 from evomem.logs import get_logger
 from evomem.ops import tracing
 from evomem.results import ConsolidationReport
 from evomem.settings import Settings
-from schemas import ControllerDecision, TaskEvent
+from schemas import ControllerDecision, ControlRequest, TaskEvent
 from schemas.models import utcnow
 
 log = get_logger("evomem.consolidation")
@@ -53,10 +64,42 @@ class _Work:
         return (self.event.namespace, str(self.event.event_id))
 
 
+def apply_control(graph: ControlStore, request: ControlRequest) -> ControlResult:
+    """Plan an operator's request against what the store holds now and apply it: a revert by event
+    undoes that event's edits; a revert since T every event applied since T, newest first."""
+    ns = request.namespace
+    events = []
+    if request.action == "revert":
+        if request.event_id is not None:
+            ids = [request.event_id]
+        else:
+            assert request.since is not None
+            ids = list(reversed(graph.events_since(ns, request.since)))
+        applied = graph.applied_events(ns, ids)
+        events = [applied[i] for i in ids if i in applied]
+    return graph.apply_control(plan_control(request, events, utcnow()))
+
+
+def check_target(graph: GraphReader, request: ControlRequest) -> None:
+    """Refuse, before it is published, a request whose insight or event the namespace does not
+    hold (``NotFoundError``): a revert names an event whose edits are applied already."""
+    ns = request.namespace
+    if (
+        request.insight_id is not None
+        and graph.namespace_of([request.insight_id]).get(request.insight_id) != ns
+    ):
+        raise NotFoundError(f"no insight {request.insight_id!r} in namespace {ns!r}")
+    if request.event_id is not None and not graph.is_applied(ns, request.event_id):
+        raise NotFoundError(
+            f"no applied event {request.event_id!r} in namespace {ns!r} "
+            "(an event is reverted once it is consolidated)"
+        )
+
+
 class Consolidator:
     def __init__(
         self,
-        graph: EditStore,
+        graph: ConsolidationStore,
         stream: EventLog,
         controller: Controller,
         settings: Settings,
@@ -72,6 +115,61 @@ class Consolidator:
         self.resolve = resolve or (lambda _namespace: settings)
 
     def process(self, entries: Sequence[Entry]) -> ConsolidationReport:
+        """Consolidate one batch: its task events, and the operators' requests among them, each run
+        of either in stream order (a revert applies after the edits reported before it)."""
+        if all(e.kind == "event" for e in entries):
+            return self._process_events(entries)
+        total = ConsolidationReport()
+        for kind, run in itertools.groupby(entries, key=lambda e: e.kind):
+            part = list(run)
+            total.merge(self._process_controls(part) if kind == "control" else self._process_events(part))
+        return total
+
+    def _process_controls(self, entries: Sequence[Entry]) -> ConsolidationReport:
+        """Operators' requests, one at a time (each is one atomic plan); ack what is committed."""
+        report = ConsolidationReport(events=len(entries))
+        done: list[str] = []
+        for entry in entries:
+            if not self._deliverable(entry, report):
+                continue
+            try:
+                request = ControlRequest.model_validate_json(entry.raw or b"")
+            except Exception as exc:
+                reason, fld = reason_of(exc)
+                self._dead_letter(entry, reason, fld, report)
+                continue
+            try:
+                result = self.apply_control(request)
+            except TransientError:
+                self.stream.ack(done)
+                raise
+            except Exception as exc:
+                self._failed(entry, exc, report)
+                continue
+            done.append(entry.id)
+            if result.replayed:
+                report.replayed += 1
+            else:
+                report.applied += 1
+                report.operations[request.action.upper()] += 1
+                report.outcomes["reverted"] += result.reverted
+            log.info(
+                "control.applied",
+                request_id=str(request.request_id),
+                namespace=request.namespace,
+                action=request.action,
+                by=request.by,
+                replayed=result.replayed,
+                reverted=result.reverted,
+                skipped=result.skipped,
+            )
+        self.stream.ack(done)
+        return report
+
+    def apply_control(self, request: ControlRequest) -> ControlResult:
+        return apply_control(self.graph, request)
+
+    def _process_events(self, entries: Sequence[Entry]) -> ConsolidationReport:
         """Consolidate one batch in a handful of round trips, whatever its size. If the batch as a
         whole fails (not transiently), its events are retried one by one, so that one bad event
         cannot hold the others back: only it stays pending, then goes to the dead letters."""
@@ -87,7 +185,7 @@ class Consolidator:
             log.warning("batch.failed_retrying_one_by_one", events=len(entries), error=str(exc))
         total = ConsolidationReport()
         for entry in entries:
-            total.merge(self.process([entry]))
+            total.merge(self._process_events([entry]))
         return total
 
     def _process(self, entries: Sequence[Entry]) -> ConsolidationReport:
@@ -355,4 +453,4 @@ class Consolidator:
             report.decisions[(o.op, o.outcome)] += 1
 
 
-__all__ = ["ConsolidationReport", "Consolidator"]
+__all__ = ["ConsolidationReport", "Consolidator", "apply_control", "check_target"]

@@ -37,6 +37,9 @@ BATCH = 2048
 BACKOFF_BASE_S = 0.05
 BACKOFF_MAX_S = 5.0
 log = get_logger("evomem.projector")
+#: Errors that say a change's data can never be projected (a node whose stored fields do not
+#: parse), as opposed to a store that fails for now.
+POISON = (ValueError, TypeError, KeyError, IndexError, AttributeError, UnicodeError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,8 @@ class Projector:
         self.feed = feed
         self.cursor = "0-0" if index.fresh or feed is None else feed.load_cursor(index.identity)
         self.state = FollowerState("idle", None, 0, time.time())
+        self.skipped = 0  # changes skipped to the dead letters since this process started
+        self.last_skipped: dict[str, str] | None = None
         # the cursor kept in the feed only moves past writes the index has made durable
         # (``VectorIndex.persist``): at most every ``persist_every_s`` while changes come, and at
         # ``checkpoint``. The feed is kept whole, so what a killed process had not persisted is
@@ -105,17 +110,57 @@ class Projector:
             batch = self._changes(self.cursor, BATCH)
             if not batch:
                 break
-            latest: dict[Literal["insight", "query"], dict[EventKey, int]] = {"insight": {}, "query": {}}
+            good = [c for c in batch if c.problem is None]
             for c in batch:
-                ref = (c.namespace, c.id)
-                seen = latest[c.kind]
-                seen[ref] = max(seen.get(ref, 0), c.version)
-            report.queries += self._project_queries(latest["query"])
-            report.insights += self._project_insights(latest["insight"])
+                if c.problem is not None:
+                    self._skip(c, c.problem)
+            try:
+                self._project(good, report)
+            except POISON:
+                # one change that can never apply must not hold every other one back: each is
+                # projected alone, and the ones whose data fails go to the dead letters with their
+                # reason. Any other error (Redis away, the index failing) is the batch's: it is
+                # tried again whole by ``follow``, and nothing is skipped
+                for c in good:
+                    try:
+                        self._project([c], report)
+                    except POISON as exc:
+                        self._skip(c, f"{type(exc).__name__}: {exc}")
             report.changes += len(batch)
             self.cursor = batch[-1].cursor
             self.checkpoint(force=False)
         return report
+
+    def _project(self, changes: list[Change], report: ProjectionReport) -> None:
+        latest: dict[Literal["insight", "query"], dict[EventKey, int]] = {"insight": {}, "query": {}}
+        for c in changes:
+            ref = (c.namespace, c.id)
+            seen = latest[c.kind]
+            seen[ref] = max(seen.get(ref, 0), c.version)
+        report.queries += self._project_queries(latest["query"])
+        report.insights += self._project_insights(latest["insight"])
+
+    def _skip(self, change: Change, reason: str) -> None:
+        """A change that can never be applied: kept as a dead letter (``evomem changes``), named
+        in ``skipped`` (``/healthz`` shows it), and passed."""
+        log.error(
+            "projector.change_skipped",
+            cursor=change.cursor,
+            kind=change.kind,
+            namespace=change.namespace,
+            id=change.id,
+            reason=reason,
+        )
+        if self.feed is not None:
+            self.feed.dead_letter(change, reason)
+        self.skipped += 1
+        self.last_skipped = {
+            "cursor": change.cursor,
+            "kind": change.kind,
+            "namespace": change.namespace,
+            "id": change.id,
+            "reason": reason,
+        }
 
     def checkpoint(self, force: bool = True) -> None:
         """Make what was projected durable in the index and save the cursor past it; unless

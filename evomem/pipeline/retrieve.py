@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 from evomem.core.embedding import calibrated, embed_passages, embedder_floor
 from evomem.core.hashing import HashingEmbedder, word_features, word_part
@@ -361,6 +362,8 @@ class Retriever:
                 tuple(i.id for i in ranked),
                 tuple(h.score for h in hits),  # each one's cosine
                 tuple(i.similarity for i in ranked),
+                tuple((i.score, i.support, i.conflict) for i in ranked),
+                datetime.now(UTC).isoformat(),
             )
             # only the unfinished ones are kept: a service that never calls report() must not grow this
             future = self._recorder.submit(self._save, rec)

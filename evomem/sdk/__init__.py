@@ -5,9 +5,10 @@ results (``evomem.results``). The two backends do not know each other; ``memory`
 from __future__ import annotations
 
 from evomem.results import InsightView
+from evomem.sdk.aio import AsyncLocalBackend, AsyncMemory
 from evomem.sdk.memory import Memory, RemoteMemory
-from evomem.sdk.protocol import Backend
-from evomem.sdk.remote import RemoteBackend
+from evomem.sdk.protocol import AsyncBackend, Backend
+from evomem.sdk.remote import AsyncRemoteBackend, RemoteBackend
 
 
 def __getattr__(name: str) -> object:
@@ -19,4 +20,15 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Backend", "InsightView", "LocalBackend", "Memory", "RemoteBackend", "RemoteMemory"]
+__all__ = [
+    "AsyncBackend",
+    "AsyncLocalBackend",
+    "AsyncMemory",
+    "AsyncRemoteBackend",
+    "Backend",
+    "InsightView",
+    "LocalBackend",
+    "Memory",
+    "RemoteBackend",
+    "RemoteMemory",
+]

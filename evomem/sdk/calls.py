@@ -10,7 +10,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from evomem.errors import InvalidEventError, reason_of
 from evomem.results import Retrieval
-from schemas import TaskEvent
+from schemas import ControlRequest, TaskEvent
 from schemas.models import MAX_QUERY_CHARS, Namespace
 
 MAX_TOP_K = 1000
@@ -41,7 +41,7 @@ def check_retrieve_args(query: Any, namespace: Any, top_k: Any, budget: Any) -> 
 
 
 def build_event(
-    retrieval: Retrieval | None,
+    retrieval: Retrieval | str | None,
     status: str | None,
     namespace: str | None,
     query: str | None,
@@ -50,6 +50,11 @@ def build_event(
     """The task event for ``report``: the retrieval's namespace, query and served ids, plus the
     outcome fields; ``InvalidEventError`` names the first field that is wrong."""
     doc: dict[str, Any] = dict(fields)
+    if isinstance(retrieval, str):  # a retrieval id alone: the namespace and query come with it
+        doc.setdefault("retrieval_id", retrieval)
+        retrieval = None
+    elif retrieval is not None and not isinstance(retrieval, Retrieval):
+        raise InvalidEventError("retrieval", "must be a Retrieval, a retrieval id, or None")
     if retrieval is not None:
         doc.setdefault("retrieval_id", retrieval.id)
         doc.setdefault("retrieved_insight_ids", [i.id for i in retrieval.insights])
@@ -64,4 +69,26 @@ def build_event(
         raise InvalidEventError(fld or "event", reason.split(": ", 1)[-1]) from None
 
 
-__all__ = ["MAX_BUDGET", "MAX_TOP_K", "build_event", "check_namespace", "check_retrieve_args"]
+def build_control(action: str, namespace: str, by: str, **fields: Any) -> ControlRequest:
+    """The operator's request for ``revert``, ``pin`` and ``unpin``; ``InvalidEventError`` names the
+    first field that is wrong."""
+    doc = {
+        k: v
+        for k, v in {"action": action, "namespace": namespace, "by": by, **fields}.items()
+        if v is not None
+    }
+    try:
+        return ControlRequest.model_validate(doc)
+    except ValidationError as exc:
+        reason, fld = reason_of(exc)
+        raise InvalidEventError(fld or "request", reason.split(": ", 1)[-1]) from None
+
+
+__all__ = [
+    "MAX_BUDGET",
+    "MAX_TOP_K",
+    "build_control",
+    "build_event",
+    "check_namespace",
+    "check_retrieve_args",
+]

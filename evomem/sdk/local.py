@@ -5,8 +5,10 @@ controller). This module wires nothing itself."""
 from __future__ import annotations
 
 import contextlib
+import getpass
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -21,12 +23,21 @@ from evomem.errors import (
     TransientError,
 )
 from evomem.ops import tracing
-from evomem.pipeline.consolidate import Consolidator
+from evomem.pipeline.consolidate import Consolidator, check_target
+from evomem.pipeline.event_state import canonical_event_id, event_state
+from evomem.pipeline.lookback import audit_retrieval
 from evomem.pipeline.project import FollowerState, Projector
 from evomem.pipeline.retrieve import Retriever
-from evomem.results import ConsolidationReport, InsightView, LineageStep, Retrieval
+from evomem.results import (
+    ConsolidationReport,
+    EventState,
+    InsightView,
+    LineageStep,
+    Retrieval,
+    RetrievalAudit,
+)
 from evomem.runtime import Runtime, open_runtime
-from evomem.sdk.calls import build_event, check_retrieve_args
+from evomem.sdk.calls import build_control, build_event, check_namespace, check_retrieve_args
 from evomem.settings import Settings
 from schemas import InsightNode, TaskEvent
 
@@ -43,6 +54,14 @@ def _inputs() -> Iterator[None]:
         raise
     except RecursionError:
         raise InvalidEventError("event", "nested too deeply") from None
+
+
+def _operator() -> str:
+    """Who asks, when the caller does not say: the user running this process."""
+    try:
+        return f"local:{getpass.getuser()}"[:128]
+    except Exception:  # no user name in this environment (a container without one)
+        return "local"
 
 
 class LocalBackend:
@@ -120,17 +139,27 @@ class LocalBackend:
 
     # -- the agent's calls -------------------------------------------------------------------
     def retrieve(
-        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        as_of: datetime | None = None,
     ) -> Retrieval:
-        """Insights for a task, ranked by support minus the conflict penalty (paper Eq. 2-10)."""
+        """Insights for a task, ranked by support minus the conflict penalty (paper Eq. 2-10). With
+        ``as_of``, what the memory as it stood then would have served (an audit read: nothing is
+        recorded, and its id cannot be reported on)."""
         check_retrieve_args(query, namespace, top_k, budget)
         with _inputs():
             self.runtime.quotas.charge_retrieval(namespace)
+            if as_of is not None:
+                return self.runtime.retrieve_as_of(query, namespace, as_of, top_k=top_k, budget=budget)
             return self.retriever.retrieve(query, namespace, top_k=top_k, budget=budget)
 
     def report(
         self,
-        retrieval: Retrieval | TaskEvent | None = None,
+        retrieval: Retrieval | TaskEvent | str | None = None,
         *,
         status: str | None = None,
         namespace: str | None = None,
@@ -197,8 +226,11 @@ class LocalBackend:
         while not self.runtime.projected_to_newest() and time.monotonic() < deadline:
             time.sleep(0.002)
 
-    def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:
-        """An insight with its evidence, state, version and revision lineage."""
+    def insight(
+        self, insight_id: str, namespace: str | None = None, *, as_of: datetime | None = None
+    ) -> InsightView:
+        """An insight with its evidence, state, version and revision lineage; with ``as_of``, as it
+        stood then (its history up to then; ``NotFoundError`` if it did not exist yet)."""
         missing = NotFoundError(
             f"no insight {insight_id!r}" + (f" in namespace {namespace!r}" if namespace else "")
         )
@@ -206,6 +238,9 @@ class LocalBackend:
             raise missing
         graph = self.runtime.graph
         try:
+            if as_of is not None:
+                with _inputs():
+                    return self._insight_as_of(insight_id, namespace, as_of, missing)
             node = graph.insights([insight_id]).get(insight_id)
             if node is None or (namespace is not None and node.namespace != namespace):
                 raise missing
@@ -218,6 +253,18 @@ class LocalBackend:
         except StoreError:
             raise missing from None  # a key of another kind under this name: no insight has this id
 
+    def event(self, event_id: str, namespace: str | None = None) -> EventState:
+        """The state of a reported event: ``queued``, ``applied`` (with its edits) or
+        ``dead-lettered`` (with the reason); ``NotFoundError`` when no event has this id (in
+        ``namespace``, when given)."""
+        event_id = canonical_event_id(event_id)
+        rt = self.runtime
+        marker = rt.events.state_of(event_id)
+        if marker is not None and namespace is not None and marker["namespace"] != namespace:
+            marker = None
+        candidates = [marker["namespace"]] if marker is not None else [] if namespace is None else [namespace]
+        return event_state(event_id, marker, rt.graph, candidates)
+
     def lineage(self, insight_id: str) -> list[LineageStep]:
         """The revision chain through an insight, oldest first, each with its text and state."""
         chain = self.insight(insight_id).lineage
@@ -229,6 +276,98 @@ class LocalBackend:
     def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:
         """The texts of a namespace's past queries, by id (those that exist)."""
         return {q: node.text for q, node in self.runtime.graph.queries(namespace, ids).items()} if ids else {}
+
+    def retrieval(self, retrieval_id: str, namespace: str = "default") -> RetrievalAudit:
+        """What a retrieval served and why (its scores, the similar queries it used), by its id,
+        while its record is kept (``EVOMEM_RETRIEVAL_TTL_S``)."""
+        with _inputs():
+            found = audit_retrieval(self.runtime.graph, check_namespace(namespace), str(retrieval_id))
+        if found is None:
+            raise NotFoundError(
+                f"no retrieval {retrieval_id!r} in namespace {namespace!r} (or it has expired)"
+            )
+        return found
+
+    def _insight_as_of(
+        self, insight_id: str, namespace: str | None, at: datetime, missing: NotFoundError
+    ) -> InsightView:
+        found = self.runtime.insight_as_of(insight_id, at)
+        if found is None or (namespace is not None and found[0].namespace != namespace):
+            raise missing
+        node, history = found
+        graph = self.runtime.graph
+        chain = graph.lineage(insight_id)
+        then = {i: n for i, n in graph.insights(chain).items() if n.created_at <= at}
+        edges = graph.edges_into(insight_id)
+        queries = graph.queries(node.namespace, {q for _, q in edges})
+        edges = [(a, q) for a, q in edges if q in queries and queries[q].created_at <= at]
+        return InsightView(node, tuple(i for i in chain if i in then), tuple(edges), tuple(history))
+
+    # -- the operator's calls: undo and protect (evomem.core.lifecycle) -------------------------------
+    def revert(
+        self,
+        event_id: str | None = None,
+        *,
+        namespace: str = "default",
+        insight_id: str | None = None,
+        since: datetime | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Undo an event's edits (or, with ``insight_id``, its edits of that insight), or every edit
+        of the namespace since a time, as new edits; returns the request id at once, applied with
+        the events (``consolidate``). The same request id twice is one revert."""
+        return self._control(
+            "revert", namespace, by, reason, request_id, event_id=event_id, insight_id=insight_id, since=since
+        )
+
+    def pin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Keep an insight as it is: no verdict archives or revises it (they still record evidence).
+        Returns the request id at once; applied with the events (``consolidate``)."""
+        return self._control("pin", namespace, by, reason, request_id, insight_id=insight_id)
+
+    def unpin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return self._control("unpin", namespace, by, reason, request_id, insight_id=insight_id)
+
+    def _control(
+        self,
+        action: str,
+        namespace: str | None,
+        by: str | None,
+        reason: str | None,
+        request_id: str | None,
+        **target: Any,
+    ) -> str:
+        with _inputs():
+            if namespace is None:  # pin / unpin: the insight's own namespace
+                insight_id = target["insight_id"]
+                found = self.runtime.graph.namespace_of([insight_id]) if isinstance(insight_id, str) else {}
+                if insight_id not in found:
+                    raise NotFoundError(f"no insight {insight_id!r}")
+                namespace = found[insight_id]
+            request = build_control(
+                action, namespace, by or _operator(), reason=reason, request_id=request_id, **target
+            )
+            check_target(self.runtime.graph, request)
+            self.runtime.events.publish_control(request)
+        return str(request.request_id)
 
     def insights(self, namespace: str, state: str | None = None) -> list[InsightNode]:
         """Every insight of a namespace (for inspection and export; not for the hot path)."""
@@ -274,6 +413,9 @@ class LocalBackend:
         if rt.projector is not None and rt.index is not None:
             out["projector_lag"] = rt.projector.lag()
             out["index"] = {"queries": rt.index.count("query"), "insights": rt.index.count("insight")}
+            tiers = getattr(rt.index, "tiers", None)
+            if tiers is not None:  # the embedded store: how its namespaces are held (shared or own shard)
+                out["index"]["tiers"] = tiers()
         return out
 
     def projector_lags(self, cap: int = 100_000) -> dict[str, int]:

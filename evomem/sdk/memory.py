@@ -5,11 +5,19 @@ Qdrant) are imported only when a local memory is made, so a remote client never 
 
 from __future__ import annotations
 
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from evomem.errors import ConfigError
-from evomem.results import ConsolidationReport, InsightView, LineageStep, Retrieval
+from evomem.results import (
+    ConsolidationReport,
+    EventState,
+    InsightView,
+    LineageStep,
+    Retrieval,
+    RetrievalAudit,
+)
 from evomem.sdk.protocol import Backend
 from evomem.sdk.remote import RemoteBackend
 from evomem.settings import Settings
@@ -74,14 +82,21 @@ class Memory:
 
     # -- the agent's calls (DESIGN §8) -----------------------------------------------------------
     def retrieve(
-        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        as_of: datetime | None = None,
     ) -> Retrieval:
-        """Insights for a task, ranked by support minus the conflict penalty (paper Eq. 2-10)."""
-        return self.backend.retrieve(query, namespace, top_k=top_k, budget=budget)
+        """Insights for a task, ranked by support minus the conflict penalty (paper Eq. 2-10). With
+        ``as_of``, what the memory as it stood then would have served (an audit read)."""
+        return self.backend.retrieve(query, namespace, top_k=top_k, budget=budget, as_of=as_of)
 
     def report(
         self,
-        retrieval: Retrieval | TaskEvent | None = None,
+        retrieval: Retrieval | TaskEvent | str | None = None,
         *,
         status: str | None = None,
         namespace: str | None = None,
@@ -100,13 +115,78 @@ class Memory:
         a retrieval service's workers consolidate on their own, so a remote memory reports nothing)."""
         return self.backend.consolidate(max_events)
 
-    def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:
-        """An insight with its evidence, state, version, revision lineage and edit history."""
-        return self.backend.insight(insight_id, namespace)
+    def insight(
+        self, insight_id: str, namespace: str | None = None, *, as_of: datetime | None = None
+    ) -> InsightView:
+        """An insight with its evidence, state, version, revision lineage and edit history; with
+        ``as_of``, as it stood then."""
+        return self.backend.insight(insight_id, namespace, as_of=as_of)
 
     def lineage(self, insight_id: str) -> list[LineageStep]:
         """The revision chain through an insight, oldest first, each with its text and state."""
         return self.backend.lineage(insight_id)
+
+    # -- undo, look back, protect (docs/guides/lifecycle.md) ------------------------------------------
+    def retrieval(self, retrieval_id: str, namespace: str = "default") -> RetrievalAudit:
+        """What a retrieval served and why (its scores, the similar queries it used), by its id,
+        while its record is kept (``EVOMEM_RETRIEVAL_TTL_S``)."""
+        return self.backend.retrieval(retrieval_id, namespace)
+
+    def revert(
+        self,
+        event_id: str | None = None,
+        *,
+        namespace: str = "default",
+        insight_id: str | None = None,
+        since: datetime | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Undo an event's edits (with ``insight_id``: only its edits of that insight), or every edit
+        of the namespace since a time, as new edits; returns the request id at once, applied with the
+        events. The same request id twice is one revert."""
+        return self.backend.revert(
+            event_id,
+            namespace=namespace,
+            insight_id=insight_id,
+            since=since,
+            by=by,
+            reason=reason,
+            request_id=request_id,
+        )
+
+    def pin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Keep an insight as it is: no verdict archives or revises it (they still record evidence)."""
+        return self.backend.pin(insight_id, namespace=namespace, by=by, reason=reason, request_id=request_id)
+
+    def unpin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Let verdicts archive or revise a pinned insight again."""
+        return self.backend.unpin(
+            insight_id, namespace=namespace, by=by, reason=reason, request_id=request_id
+        )
+
+    def event(self, event_id: str, namespace: str | None = None) -> EventState:
+        """The state of a reported event: ``queued``, ``applied`` (with its edits) or
+        ``dead-lettered`` (with the reason); ``NotFoundError`` when no event has this id (in
+        ``namespace``, when given)."""
+        return self.backend.event(event_id, namespace)
 
     def close(self) -> None:
         self.backend.close()

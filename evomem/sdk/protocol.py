@@ -4,9 +4,17 @@ to the stores) and the remote one (a client of the retrieval service) offer, wit
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Protocol
 
-from evomem.results import ConsolidationReport, InsightView, LineageStep, Retrieval
+from evomem.results import (
+    ConsolidationReport,
+    EventState,
+    InsightView,
+    LineageStep,
+    Retrieval,
+    RetrievalAudit,
+)
 from schemas import TaskEvent
 
 
@@ -15,12 +23,18 @@ class Backend(Protocol):
     remote: bool
 
     def retrieve(
-        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        as_of: datetime | None = None,
     ) -> Retrieval: ...
 
     def report(
         self,
-        retrieval: Retrieval | TaskEvent | None = None,
+        retrieval: Retrieval | TaskEvent | str | None = None,
         *,
         status: str | None = None,
         namespace: str | None = None,
@@ -30,13 +44,83 @@ class Backend(Protocol):
 
     def consolidate(self, max_events: int | None = None) -> ConsolidationReport: ...
 
-    def insight(self, insight_id: str, namespace: str | None = None) -> InsightView: ...
+    def insight(
+        self, insight_id: str, namespace: str | None = None, *, as_of: datetime | None = None
+    ) -> InsightView: ...
 
     def lineage(self, insight_id: str) -> list[LineageStep]: ...
 
     def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]: ...
 
+    def retrieval(self, retrieval_id: str, namespace: str = "default") -> RetrievalAudit: ...
+
+    def revert(
+        self,
+        event_id: str | None = None,
+        *,
+        namespace: str = "default",
+        insight_id: str | None = None,
+        since: datetime | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    def pin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    def unpin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    def event(self, event_id: str, namespace: str | None = None) -> EventState: ...
+
     def close(self) -> None: ...
 
 
-__all__ = ["Backend"]
+class AsyncBackend(Protocol):
+    """``Backend``'s calls, awaited (``AsyncMemory``'s backends)."""
+
+    remote: bool
+
+    async def retrieve(
+        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+    ) -> Retrieval: ...
+
+    async def report(
+        self,
+        retrieval: Retrieval | TaskEvent | None = None,
+        *,
+        status: str | None = None,
+        namespace: str | None = None,
+        query: str | None = None,
+        **fields: Any,
+    ) -> str: ...
+
+    async def consolidate(self, max_events: int | None = None) -> ConsolidationReport: ...
+
+    async def insight(self, insight_id: str, namespace: str | None = None) -> InsightView: ...
+
+    async def lineage(self, insight_id: str) -> list[LineageStep]: ...
+
+    async def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]: ...
+
+    async def event(self, event_id: str, namespace: str | None = None) -> EventState: ...
+
+    async def close(self) -> None: ...
+
+
+__all__ = ["AsyncBackend", "Backend"]

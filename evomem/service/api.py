@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
-from evomem.results import EditRecord, LineageStep
+from evomem.results import EditRecord, EventState, LineageStep
 from schemas import InsightNode, TaskEvent
-from schemas.models import Namespace
+from schemas.models import MAX_INSIGHT_CHARS, Namespace, NodeId
 
 
 class _Body(BaseModel):
@@ -23,11 +25,23 @@ def _not_a_bool(value: Any) -> Any:
     return value
 
 
+def _a_time_text(value: Any) -> Any:
+    if isinstance(value, int | float):  # the schema says an RFC 3339 string; pydantic would take Unix time
+        raise ValueError("an RFC 3339 date-time string")
+    return value
+
+
+TimeText = Annotated[datetime, BeforeValidator(_a_time_text)]
+
+
 class RetrieveRequest(_Body):
     query: str = Field(min_length=1, max_length=8000)
     namespace: Namespace = "default"
     top_k: Annotated[int, Field(ge=1, le=1000), BeforeValidator(_not_a_bool)] | None = None
     budget: Annotated[int, Field(ge=1, le=100), BeforeValidator(_not_a_bool)] | None = None
+    as_of: TimeText | None = Field(
+        None, description="what the memory as it stood then would have served (RFC 3339 with a zone; audit)"
+    )
 
 
 class ServedInsight(_Body):
@@ -75,6 +89,58 @@ class LineageResponse(_Body):
     lineage: list[LineageStep]
 
 
+class RevertRequest(_Body):
+    """Undo an event's edits (with ``insight_id``: only its edits of that insight), or every edit of
+    the namespace applied since a time. Nothing is deleted: the inverse edits are applied."""
+
+    namespace: Namespace = "default"
+    event_id: NodeId | None = None
+    insight_id: NodeId | None = None
+    since: TimeText | None = Field(None, description="RFC 3339 with a time zone")
+    reason: Annotated[str, Field(max_length=MAX_INSIGHT_CHARS)] | None = None
+    request_id: uuid.UUID | None = Field(
+        None, description="made by the client: the same id twice is one request"
+    )
+
+
+class PinRequest(_Body):
+    reason: Annotated[str, Field(max_length=MAX_INSIGHT_CHARS)] | None = None
+    request_id: uuid.UUID | None = Field(
+        None, description="made by the client: the same id twice is one request"
+    )
+
+
+class ControlAccepted(_Body):
+    request_id: str
+    entry_id: str = Field(
+        description="the request's entry on the event stream, applied in order with the events"
+    )
+
+
+class SimilarQueryBody(_Body):
+    id: str
+    text: str | None
+    similarity: float
+
+
+class ServedRecordBody(_Body):
+    id: str
+    text: str | None
+    score: float | None
+    support: int | None
+    conflict: int | None
+    similarity: float | None
+
+
+class RetrievalAuditResponse(_Body):
+    id: str
+    namespace: str
+    query: str
+    at: str | None
+    similar: list[SimilarQueryBody]
+    insights: list[ServedRecordBody]
+
+
 class ErrorBody(_Body):
     error: str
     field: str | None = None
@@ -113,7 +179,8 @@ class RouteSpec:
 ERROR_TEXT: dict[int, str] = {
     401: "no or unknown token",
     403: "the token may not use this namespace; or, without tokens, a request from another origin or host",
-    404: "no such insight",
+    404: "no such insight or event (or one of another tenant's namespaces); for a revert, no applied event "
+    "of that id",
     408: "the body came too slowly",
     413: "the body is larger than EVOMEM_HTTP_MAX_BODY_BYTES",
     415: "the body is not JSON",
@@ -144,11 +211,19 @@ ROUTES: tuple[RouteSpec, ...] = (
     ),
     RouteSpec(
         "GET",
+        "/v1/events/{id}",
+        "event",
+        "the state of a reported event: queued, applied (its edits) or dead-lettered (the reason)",
+        response=EventState,
+        errors=(401, 404, 503),
+    ),
+    RouteSpec(
+        "GET",
         "/v1/insights/{id}",
         "insight",
-        "an insight with its evidence and history",
+        "an insight with its evidence and history (?as_of=: as it stood then)",
         response=InsightResponse,
-        errors=(401, 403, 404, 503),
+        errors=(401, 403, 404, 422, 503),
     ),
     RouteSpec(
         "GET",
@@ -157,6 +232,44 @@ ROUTES: tuple[RouteSpec, ...] = (
         "the revision chain through an insight",
         response=LineageResponse,
         errors=(401, 403, 404, 503),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/retrievals/{id}",
+        "retrieval",
+        "what a retrieval served and why (?namespace=, default 'default'), while its record is kept",
+        response=RetrievalAuditResponse,
+        errors=(401, 403, 404, 422, 503),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/revert",
+        "revert",
+        "undo an event's edits, or every edit of a namespace since a time, as new edits",
+        status=202,
+        request=RevertRequest,
+        response=ControlAccepted,
+        errors=(401, 403, 404, 408, 413, 415, 422, 503),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/insights/{id}/pin",
+        "pin",
+        "keep an insight as it is: no verdict archives or revises it",
+        status=202,
+        request=PinRequest,
+        response=ControlAccepted,
+        errors=(401, 403, 404, 408, 413, 415, 422, 503),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/insights/{id}/unpin",
+        "unpin",
+        "let verdicts archive or revise a pinned insight again",
+        status=202,
+        request=PinRequest,
+        response=ControlAccepted,
+        errors=(401, 403, 404, 408, 413, 415, 422, 503),
     ),
     RouteSpec(
         "GET",
@@ -220,13 +333,17 @@ def openapi(routes: tuple[RouteSpec, ...] = ROUTES) -> dict[str, Any]:
 
 __all__ = [
     "ROUTES",
+    "ControlAccepted",
     "ErrorBody",
     "EventAccepted",
     "HealthResponse",
     "InsightResponse",
     "LineageResponse",
+    "PinRequest",
+    "RetrievalAuditResponse",
     "RetrieveRequest",
     "RetrieveResponse",
+    "RevertRequest",
     "RouteSpec",
     "ServedInsight",
     "openapi",

@@ -4,9 +4,10 @@ served insights, projector lag and state."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString as _go_float
 
@@ -52,6 +53,12 @@ class Metrics:
     def gauge(self, name: str, help_: str, read: Callable[[], float]) -> None:
         Gauge(name, help_, registry=self.registry).set_function(read)
 
+    def labelled_gauges(
+        self, name: str, help_: str, label: str, read: Callable[[], dict[str, float]]
+    ) -> None:
+        """A gauge per value of ``label``, all read at scrape time by one call of ``read``."""
+        self.registry.register(_LabelledGauges(name, help_, label, read))
+
     def render(self) -> bytes:
         """The text exposition format of the registry, labels in the order the metrics declare them
         (``route`` before ``outcome``, ``le`` last) rather than ``generate_latest``'s alphabetical
@@ -71,6 +78,22 @@ class Metrics:
                     else f"{sample.name} {_number(sample.value)}"
                 )
         return ("\n".join(out) + "\n").encode()
+
+
+class _LabelledGauges:
+    """A collector of one gauge family whose labelled series are whatever ``read`` returns."""
+
+    def __init__(self, name: str, help_: str, label: str, read: Callable[[], dict[str, float]]) -> None:
+        self.name, self.help, self.label, self.read = name, help_, label, read
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(self.name, self.help, labels=[self.label])]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.name, self.help, labels=[self.label])
+        for value, number in sorted(self.read().items()):
+            family.add_metric([value], number)
+        yield family
 
 
 def _number(value: float) -> str:

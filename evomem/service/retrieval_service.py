@@ -8,24 +8,34 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
-from evomem.errors import EvomemError, NotFoundError, StoreError, TransientError
+from evomem.errors import EvomemError, InvalidEventError, NotFoundError, StoreError, TransientError
 from evomem.logs import bind, get_logger
-from evomem.results import EditRecord, LineageStep
+from evomem.pipeline.consolidate import check_target
+from evomem.pipeline.event_state import canonical_event_id, event_state
+from evomem.pipeline.lookback import audit_retrieval
+from evomem.results import EditRecord, EventState, LineageStep
 from evomem.runtime import Runtime
+from evomem.sdk.calls import build_control, check_namespace
 from evomem.service.api import (
+    ControlAccepted,
     EventAccepted,
     InsightResponse,
     LineageResponse,
+    PinRequest,
+    RetrievalAuditResponse,
     RetrieveRequest,
     RetrieveResponse,
+    RevertRequest,
     ServedInsight,
     Staleness,
 )
-from evomem.service.auth import Principal, TokenAuth
+from evomem.service.auth import ALL, Principal, TokenAuth
+from evomem.service.connections import connection_counts
 from evomem.service.metrics import Metrics
-from schemas import InsightNode, TaskEvent
+from schemas import ControlRequest, InsightNode, TaskEvent
 
 log = get_logger("evomem.service")
 
@@ -38,6 +48,56 @@ class _View:
 
 
 STALENESS_CACHE_S = 0.1
+#: How often a probe pings a Redis that stopped answering, to learn it is back.
+PROBE_EVERY_S = 0.2
+
+
+class RedisProbe:
+    """Whether Redis is answering, as far as the service can tell without waiting on it: a request
+    that waited past its bound (``EVOMEM_HTTP_REDIS_TIMEOUT_S``) marks it suspect; from then on
+    health says so at once, the metrics read no Redis, and the secured routes answer 503 without
+    starting work that would wait too, while one background thread pings until Redis answers."""
+
+    def __init__(self, ping: Any) -> None:
+        self._ping = ping
+        self._lock = threading.Lock()
+        self.suspect_since: float | None = None
+        self._probing = False
+
+    def ok(self) -> bool:
+        return self.suspect_since is None
+
+    def suspect(self) -> None:
+        with self._lock:
+            if self.suspect_since is None:
+                self.suspect_since = time.time()
+                log.warning("service.redis_stalled")
+            if self._probing:
+                return
+            self._probing = True
+        threading.Thread(target=self._probe, name="evomem-redis-probe", daemon=True).start()
+
+    def _probe(self) -> None:
+        while True:
+            try:
+                self._ping()
+            except Exception:  # refused, reset, timed out: not back yet
+                time.sleep(PROBE_EVERY_S)
+                continue
+            with self._lock:
+                self._probing = False
+                if self.suspect_since is not None:
+                    log.info("service.redis_answers", stalled_s=round(time.time() - self.suspect_since, 3))
+                self.suspect_since = None
+            return
+
+
+def _namespaces_by_tier(t: dict[str, int]) -> dict[str, float]:
+    return {"shared": t["shared_namespaces"], "own": t["promoted_namespaces"]}
+
+
+def _shards_by_tier(t: dict[str, int]) -> dict[str, float]:
+    return {"shared": t["shared_shards"], "own": t["own_shards"], "own_open": t["own_shards_open"]}
 
 
 class RetrievalService:
@@ -48,6 +108,7 @@ class RetrievalService:
         self._stale = (0.0, 0.0)  # (computed at, value)
         self._stale_lock = threading.Lock()
         self._redis_seen = (time.time(), 0.0)  # (when Redis last answered, the lag then)
+        self.redis_probe = RedisProbe(lambda: runtime.redis.ping())
         self.metrics.gauge(
             "evomem_projector_lag_seconds", "Age of the oldest change not yet in the index.", self.staleness
         )
@@ -62,6 +123,27 @@ class RetrievalService:
             lambda: float(self._following()),
         )
 
+        tiers = getattr(runtime.index, "tiers", None)
+        if tiers is not None:  # the embedded store: its namespaces' tiers (docs/guides/tenancy.md)
+            self.metrics.labelled_gauges(
+                "evomem_index_namespaces",
+                "Namespaces of the embedded index by tier: shared (in shared shards), own (promoted).",
+                "tier",
+                lambda: _namespaces_by_tier(tiers()),
+            )
+            self.metrics.labelled_gauges(
+                "evomem_index_shards",
+                "Shards of past queries of the embedded index: shared, own (promoted), own_open.",
+                "tier",
+                lambda: _shards_by_tier(tiers()),
+            )
+        self.metrics.labelled_gauges(
+            "evomem_process_connections",
+            "Connections each retrieval process was handed (evomem serve --workers) or holds open.",
+            "process",
+            lambda: connection_counts(runtime.settings.data_dir),
+        )
+
     # -- retrieval, failing open -----------------------------------------------------------------
     def retrieve(self, principal: Principal, body: RetrieveRequest) -> RetrieveResponse:
         bind(namespace=body.namespace)
@@ -71,7 +153,12 @@ class RetrievalService:
         retriever = self.runtime.retriever
         assert retriever is not None  # the service always opens its index
         try:
-            r = retriever.retrieve(body.query, body.namespace, top_k=body.top_k, budget=body.budget)
+            if body.as_of is not None:  # an audit read: the namespace as it stood then, nothing recorded
+                r = self.runtime.retrieve_as_of(
+                    body.query, body.namespace, body.as_of, top_k=body.top_k, budget=body.budget
+                )
+            else:
+                r = retriever.retrieve(body.query, body.namespace, top_k=body.top_k, budget=body.budget)
         except TransientError:
             # Redis is unreachable: serve from Qdrant alone, without the query-graph expansion and
             # without a retrieval record, and say so rather than fail the agent.
@@ -110,9 +197,33 @@ class RetrievalService:
         entry_id = self.runtime.events.publish(event)
         return EventAccepted(event_id=str(event.event_id), entry_id=entry_id)
 
+    def event(self, principal: Principal, event_id: str) -> EventState:
+        """The state of a reported event, for a token of its namespace; another's: not found."""
+        event_id = canonical_event_id(event_id)
+        marker = self.runtime.events.state_of(event_id)
+        if marker is not None:
+            candidates = [marker["namespace"]]
+        else:  # no marker kept (expired, a plain XADD): an applied event in the token's namespaces
+            candidates = sorted(ns for ns in principal.namespaces if ns != ALL)
+        return event_state(
+            event_id, marker, self.runtime.graph, [ns for ns in candidates if principal.may(ns)]
+        )
+
     # -- insights ------------------------------------------------------------------------------------
-    def insight(self, principal: Principal, insight_id: str) -> InsightResponse:
+    def insight(self, principal: Principal, insight_id: str, as_of: str | None = None) -> InsightResponse:
         view = self._visible(principal, insight_id)
+        if as_of is not None:
+            at = _time("as_of", as_of)
+            found = self.runtime.insight_as_of(insight_id, at)
+            if found is None:
+                raise NotFoundError(f"no insight {insight_id!r} at {as_of}")
+            node, history = found
+            then = {i for i, n in self.runtime.graph.insights(view.lineage).items() if n.created_at <= at}
+            return InsightResponse(
+                insight=node,
+                lineage=[i for i in view.lineage if i in then],
+                history=list(history),
+            )
         return InsightResponse(insight=view.node, lineage=list(view.lineage), history=list(view.history))
 
     def lineage(self, principal: Principal, insight_id: str) -> LineageResponse:
@@ -130,13 +241,45 @@ class RetrievalService:
         missing = NotFoundError(f"no insight {insight_id!r}")
         graph = self.runtime.graph
         try:
-            node = graph.insights([insight_id]).get(insight_id) if insight_id else None
-            # another tenant's node does not exist for this token
+            # another tenant's node does not exist for this token, nor takes longer to say so: the
+            # id directory alone answers both (one read either way), the node is read only when allowed
+            owner = graph.namespace_of([insight_id]).get(insight_id) if insight_id else None
+            if owner is None or not principal.may(owner):
+                raise missing
+            node = graph.insights([insight_id]).get(insight_id)
             if node is None or not principal.may(node.namespace):
                 raise missing
             return _View(node, tuple(graph.lineage(insight_id)), tuple(graph.history(insight_id)))
         except StoreError:
             raise missing from None  # a key of another kind under this name: no insight has this id
+
+    def retrieval(self, principal: Principal, retrieval_id: str, namespace: str) -> RetrievalAuditResponse:
+        namespace = check_namespace(namespace)
+        principal.check(namespace)
+        found = audit_retrieval(self.runtime.graph, namespace, retrieval_id)
+        if found is None:
+            raise NotFoundError(f"no retrieval {retrieval_id!r} in namespace {namespace!r} (or it expired)")
+        return RetrievalAuditResponse.model_validate(asdict(found))
+
+    # -- the operator's requests: revert, pin, unpin ---------------------------------------------------
+    def revert(self, principal: Principal, body: RevertRequest) -> ControlAccepted:
+        bind(namespace=body.namespace)
+        principal.check(body.namespace)
+        fields = body.model_dump(exclude={"namespace"})
+        return self._control(build_control("revert", body.namespace, principal.name, **fields))
+
+    def pin(self, principal: Principal, insight_id: str, body: PinRequest, action: str) -> ControlAccepted:
+        node = self._visible(principal, insight_id).node  # another tenant's insight: 404
+        fields = body.model_dump()
+        return self._control(
+            build_control(action, node.namespace, principal.name, insight_id=insight_id, **fields)
+        )
+
+    def _control(self, request: ControlRequest) -> ControlAccepted:
+        bind(request_id=str(request.request_id))
+        check_target(self.runtime.graph, request)
+        entry_id = self.runtime.events.publish_control(request)
+        return ControlAccepted(request_id=str(request.request_id), entry_id=entry_id)
 
     # -- health --------------------------------------------------------------------------------------
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -144,12 +287,17 @@ class RetrievalService:
         fails (and retries) serves an index that no longer moves, which is not healthy."""
         out: dict[str, Any] = {"index": "ok"}
         healthy = True
-        try:
-            self.runtime.redis.ping()
-            out["redis"] = "ok"
-        except (TransientError, OSError):
-            out["redis"] = "unreachable"
+        stalled_since = self.redis_probe.suspect_since
+        if stalled_since is not None:
+            out["redis"] = f"not answering for {time.time() - stalled_since:.1f} s"
             healthy = False
+        else:
+            try:
+                self.runtime.redis.ping()
+                out["redis"] = "ok"
+            except (TransientError, OSError):
+                out["redis"] = "unreachable"
+                healthy = False
         state = self.runtime.follower()
         if state is None:
             out["projector"] = {"status": "not following"}
@@ -162,6 +310,11 @@ class RetrievalService:
                     f" ({state.error})" if state.error else ""
                 )
                 healthy = False
+        projector = self.runtime.projector
+        if projector is not None and projector.skipped:
+            # the index moves on past them; they wait for `evomem changes replay` or `drop`
+            out["projector"]["skipped_changes"] = projector.skipped
+            out["projector"]["last_skipped"] = projector.last_skipped
         lag = self._staleness()
         out["projector_lag_s"] = lag.projector_lag_s
         # a stale replica stays healthy: it serves the last state it has and says so
@@ -194,6 +347,8 @@ class RetrievalService:
             if now - at < STALENESS_CACHE_S:
                 return value
         try:
+            if not self.redis_probe.ok():
+                raise TransientError("redis is not answering")  # known: do not wait on it
             value = self.runtime.staleness_s()
         except (EvomemError, OSError):
             # nothing is known since Redis last answered: the index is at least that much behind
@@ -207,10 +362,19 @@ class RetrievalService:
 
     def _lag_changes(self) -> int:
         projector = self.runtime.projector
+        if not self.redis_probe.ok():
+            return -1
         try:
             return projector.lag() if projector is not None else 0
         except (EvomemError, OSError):
             return -1
 
 
-__all__ = ["RetrievalService"]
+def _time(name: str, value: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidEventError(name, "an RFC 3339 time with its zone") from None
+
+
+__all__ = ["RedisProbe", "RetrievalService"]

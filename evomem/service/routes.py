@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from anyio import to_thread
+from anyio import CapacityLimiter, to_thread
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -24,8 +24,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from evomem import timings
-from evomem.logs import bind, bound, get_logger
-from evomem.service.api import ROUTES, RetrieveRequest, RouteSpec, openapi
+from evomem.errors import TransientError
+from evomem.logs import adopt, bind, bound, carried, get_logger
+from evomem.service.api import ROUTES, PinRequest, RetrieveRequest, RevertRequest, RouteSpec, openapi
 from evomem.service.auth import Principal
 from evomem.service.http_errors import (
     CLOSE_AFTER,
@@ -43,6 +44,11 @@ from schemas import TaskEvent
 log = get_logger("evomem.service")
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+HOT_THREADS = 32
+COLD_THREADS = 8
+PROBE_THREADS = 4
+#: Health and metrics answer within this, Redis stalled or not (a probe must not time out first).
+HEALTH_DEADLINE_S = 0.7
 
 
 @dataclass(slots=True)
@@ -77,18 +83,25 @@ class Api:
 
     def __init__(self, service: RetrievalService, settings: Settings) -> None:
         self.service = service
-        # a dense embedder in process spends 20-40 ms a task in its forward pass, with the GIL
-        # released: a retrieval then goes to the thread pool, so the event loop keeps answering
-        # (health, other retrievals whose tasks the embedding cache holds) meanwhile
-        self.retrieve_threaded = service.runtime.embedder.kind == "dense"
         self.max_body = settings.http_max_body_bytes
-        self.body_timeout_s = settings.http_idle_timeout_s
+        self.body_timeout_s = settings.http_body_timeout_s
+        self.redis_timeout_s = settings.http_redis_timeout_s
+        # threads for the routes' work: the hot routes, the insight views, and health and metrics
+        # (which find Redis stalled within their bound even when the others hold every thread)
+        self._hot = CapacityLimiter(HOT_THREADS)
+        self._cold = CapacityLimiter(COLD_THREADS)
+        self._probe = CapacityLimiter(PROBE_THREADS)
         self._openapi = json.dumps(openapi()).encode()
         work: dict[str, Work] = {
             "retrieve": self._retrieve,
             "events": self._events,
+            "event": self._event,
             "insight": self._insight,
             "lineage": self._lineage,
+            "retrieval": self._retrieval,
+            "revert": self._revert,
+            "pin": self._pin,
+            "unpin": self._pin,
             "healthz": self._health,
             "metrics": self._metrics,
             "openapi": self._openapi_doc,
@@ -110,13 +123,14 @@ class Api:
             # the request's ids on every line logged while it is served; its stages timed into the record
             with bound(route=spec.name), timings.recording(times):
                 try:
-                    self._guard(request, spec)
                     t0 = clock()
-                    principal = (
-                        self.service.auth.authenticate(request.headers.get("authorization"))
-                        if spec.secured
-                        else None
-                    )
+                    if spec.secured:
+                        principal: Principal | None = await self._off_loop(
+                            lambda: self._admit(request, spec), self._hot, record
+                        )
+                    else:
+                        self._guard(request, spec)  # tokens already known: no store is read
+                        principal = None
                     record.principal = principal.name if principal else None
                     bind(principal=record.principal)
                     t1 = clock()
@@ -167,6 +181,37 @@ class Api:
         )
 
     # -- guards --------------------------------------------------------------------------------------
+    def _admit(self, request: Request, spec: RouteSpec) -> Principal:
+        """The guards and the token of a secured route (run-time tokens may be read from Redis)."""
+        stalled = self.service.redis_probe.suspect_since
+        if stalled is not None:
+            raise TransientError(f"redis has not answered for {time.time() - stalled:.1f} s; retry")
+        self._guard(request, spec)
+        return self.service.auth.authenticate(request.headers.get("authorization"))
+
+    async def _off_loop(
+        self,
+        fn: Callable[[], Any],
+        limiter: CapacityLimiter,
+        record: RequestRecord,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """``fn`` in a worker thread, waited on for ``http_redis_timeout_s`` (or ``timeout_s``) at
+        most: a stalled Redis holds a thread, never the event loop, and past the bound the request is
+        answered 503."""
+        t0 = time.perf_counter_ns()
+        bound_s = self.redis_timeout_s if timeout_s is None else timeout_s
+        try:
+            async with asyncio.timeout(bound_s):
+                result, ids = await to_thread.run_sync(carried(fn), limiter=limiter, abandon_on_cancel=True)
+            adopt(ids)  # the ids the work bound (namespace, retrieval id) reach the request's line
+            return result
+        except TimeoutError:
+            self.service.redis_probe.suspect()
+            raise TransientError(f"redis did not answer within {bound_s} s; retry") from None
+        finally:
+            record.stages_ns["work"] = record.stages_ns.get("work", 0) + time.perf_counter_ns() - t0
+
     def _guard(self, request: Request, spec: RouteSpec) -> None:
         if not self.service.auth.enabled:
             # Without tokens any page in the developer's browser could post here (a "simple" CORS
@@ -211,12 +256,11 @@ class Api:
                 return b"".join(chunks)
 
     # -- the routes' work ----------------------------------------------------------------------------
-    # The two hot routes run on the event loop itself. Their work is a few milliseconds of CPU under
-    # the GIL (Qdrant Edge keeps it) and Redis round trips on a local socket; handing it to a worker
-    # thread and back cost two thread wake-ups a request, measured at ~0.3 ms of a ~2 ms retrieval
-    # at c=1 and lower QPS at c=64 (GIL contention between 40 worker threads), where the old
-    # thread-per-connection server paid one. The cold routes (insights, health, metrics) go to the
-    # thread pool, so that a health probe is answered between retrievals.
+    # Every route that may wait on Redis runs in a worker thread, waited on for a bounded time
+    # (``_off_loop``): on the event loop, a Redis that stopped answering froze every route of the
+    # service, health and the OpenAPI document included, for its socket timeout. A thread hop costs
+    # ~0.3 ms of a ~2 ms retrieval (bench/README.md); the hot routes have a limiter of their own,
+    # so health and metrics are answered beside them.
     async def _retrieve(self, call: _Call) -> Response:
         assert call.principal is not None
         principal, body, times = call.principal, call.body, call.record.stages_ns
@@ -231,9 +275,7 @@ class Api:
             times.update(validate=t1 - t0, retrieve=t2 - t1, serialise=time.perf_counter_ns() - t2)
             return data
 
-        if self.retrieve_threaded:
-            return _json(200, await _threaded(work, call.record))
-        return _json(200, _inline(work, call.record))
+        return _json(200, await self._off_loop(work, self._hot, call.record))
 
     async def _events(self, call: _Call) -> Response:
         assert call.principal is not None
@@ -243,28 +285,92 @@ class Api:
             event = TaskEvent.model_validate_json(body)
             return self.service.publish(principal, event, len(body)).model_dump_json().encode()
 
-        return _json(202, _inline(work, call.record))
+        return _json(202, await self._off_loop(work, self._hot, call.record))
+
+    async def _event(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, event_id = call.principal, call.request.path_params["id"]
+        return _json(
+            200,
+            await self._off_loop(
+                lambda: _dump(self.service.event(principal, event_id)), self._cold, call.record
+            ),
+        )
 
     async def _insight(self, call: _Call) -> Response:
         assert call.principal is not None
         principal, insight_id = call.principal, call.request.path_params["id"]
+        as_of = call.request.query_params.get("as_of")
         return _json(
-            200, await _threaded(lambda: _dump(self.service.insight(principal, insight_id)), call.record)
+            200,
+            await self._off_loop(
+                lambda: _dump(self.service.insight(principal, insight_id, as_of)), self._cold, call.record
+            ),
+        )
+
+    async def _retrieval(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, retrieval_id = call.principal, call.request.path_params["id"]
+        namespace = call.request.query_params.get("namespace", "default")
+        return _json(
+            200,
+            await self._off_loop(
+                lambda: _dump(self.service.retrieval(principal, retrieval_id, namespace)),
+                self._cold,
+                call.record,
+            ),
         )
 
     async def _lineage(self, call: _Call) -> Response:
         assert call.principal is not None
         principal, insight_id = call.principal, call.request.path_params["id"]
         return _json(
-            200, await _threaded(lambda: _dump(self.service.lineage(principal, insight_id)), call.record)
+            200,
+            await self._off_loop(
+                lambda: _dump(self.service.lineage(principal, insight_id)), self._cold, call.record
+            ),
         )
 
+    async def _revert(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, body = call.principal, call.body
+
+        def work() -> bytes:
+            return _dump(self.service.revert(principal, RevertRequest.model_validate_json(body)))
+
+        return _json(202, await self._off_loop(work, self._hot, call.record))
+
+    async def _pin(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, body = call.principal, call.body
+        insight_id = call.request.path_params["id"]
+        action = call.request.url.path.rsplit("/", 1)[-1]  # pin | unpin
+
+        def work() -> bytes:
+            request = PinRequest.model_validate_json(body or b"{}")
+            return _dump(self.service.pin(principal, insight_id, request, action))
+
+        return _json(202, await self._off_loop(work, self._hot, call.record))
+
     async def _health(self, call: _Call) -> Response:
-        healthy, body = await _threaded(self.service.health, call.record)
+        try:
+            healthy, body = await self._off_loop(
+                self.service.health, self._probe, call.record, min(HEALTH_DEADLINE_S, self.redis_timeout_s)
+            )
+        except TransientError:
+            healthy, body = self.service.health()  # Redis now known stalled: read without it
         return _json(200 if healthy else 503, json.dumps(body, default=str).encode())
 
     async def _metrics(self, call: _Call) -> Response:
-        data = await _threaded(self.service.metrics.render, call.record)
+        try:
+            data = await self._off_loop(
+                self.service.metrics.render,
+                self._probe,
+                call.record,
+                min(HEALTH_DEADLINE_S, self.redis_timeout_s),
+            )
+        except TransientError:
+            data = self.service.metrics.render()  # the gauges now read no Redis
         return Response(data, 200, media_type=CONTENT_TYPE)
 
     async def _openapi_doc(self, call: _Call) -> Response:
@@ -286,22 +392,6 @@ class Api:
         headers = dict(exc.headers or {})
         headers["Connection"] = "close"  # the body of an unrouted request is never read
         return _json_error(exc.status_code, message, None, headers)
-
-
-def _inline(fn: Callable[[], Any], record: RequestRecord) -> Any:
-    t0 = time.perf_counter_ns()
-    try:
-        return fn()
-    finally:
-        record.stages_ns["work"] = time.perf_counter_ns() - t0
-
-
-async def _threaded(fn: Callable[[], Any], record: RequestRecord) -> Any:
-    t0 = time.perf_counter_ns()
-    try:
-        return await to_thread.run_sync(fn)
-    finally:
-        record.stages_ns["work"] = time.perf_counter_ns() - t0
 
 
 def _dump(model: BaseModel) -> bytes:

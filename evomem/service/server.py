@@ -1,4 +1,4 @@
-"""The HTTP server: the Starlette app of ``routes`` under uvicorn (httptools), on a socket bound
+"""The HTTP server: the Starlette app of ``routes`` under uvicorn (the ``edge`` protocol), on a socket bound
 before anything else is opened, so that a port in use fails fast and leaves nothing behind."""
 
 from __future__ import annotations
@@ -13,99 +13,96 @@ from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from evomem.errors import ConfigError
 from evomem.logs import get_logger
 from evomem.runfiles import service_url_file
 from evomem.runtime import Runtime, open_runtime
 from evomem.service.auth import TokenAuth
+from evomem.service.connections import COUNTS
+from evomem.service.http_edge import BACKLOG, EdgeLimits, uvicorn_config
 from evomem.service.retrieval_service import RetrievalService
 from evomem.service.routes import Api, create_app
 from evomem.settings import Settings
 
 log = get_logger("evomem.service")
 
-#: The listen backlog: the default of 5 made 64 agents connecting at once wait ~1 s for SYN retries
-#: (bench/README.md); the kernel caps it at net.core.somaxconn.
-BACKLOG = 128
 SHUTDOWN_GRACE_S = 10
-
-
-class _Protocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with an idle timeout from the first byte on: uvicorn arms its
-    keep-alive timer only after a response, so a client that connects and never sends a request, or
-    sends half its headers and stops, would hold its connection for as long as it wishes."""
-
-    _header_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm_header_timer()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self._header_timer is None and self._between_requests() and not self.transport.is_closing():
-            self._arm_header_timer()  # part of a request's head came: the rest must follow in time
-
-    def on_headers_complete(self) -> None:
-        self._cancel_header_timer()
-        super().on_headers_complete()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_header_timer()
-        super().connection_lost(exc)
-
-    def _between_requests(self) -> bool:
-        return self.cycle is None or bool(self.cycle.response_complete)
-
-    def _arm_header_timer(self) -> None:
-        self._header_timer = self.loop.call_later(self.timeout_keep_alive, self._header_timeout)
-
-    def _cancel_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _header_timeout(self) -> None:
-        self._header_timer = None
-        if self._between_requests() and not self.transport.is_closing():
-            self.transport.close()
 
 
 class _Server(uvicorn.Server):
     """uvicorn's server without its own signal handling: ``serve`` installs handlers that let the
     memory close cleanly (uvicorn re-raises the signal it caught after shutting down)."""
 
+    channel: socket.socket | None = None  # under a supervisor: the connections come over it
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.channel is None:
+            await super().startup(sockets)
+            return
+        await super().startup([])  # no listener of its own: the supervisor accepts
+        self._receive(self.channel)
+
+    def _receive(self, channel: socket.socket) -> None:
+        """Serve each connection the supervisor hands over the channel (SCM_RIGHTS): the same
+        protocol as one accepted here."""
+        loop = asyncio.get_running_loop()
+        config = self.config
+
+        def protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state
+            )
+
+        pending: set[asyncio.Task[Any]] = set()
+
+        def readable() -> None:
+            try:
+                msg, fds, _, _ = socket.recv_fds(channel, 16, 16)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not msg and not fds:  # the supervisor is gone
+                loop.remove_reader(channel.fileno())
+                self.should_exit = True
+                return
+            COUNTS.taken(len(fds))
+            for fd in fds:
+                conn = socket.socket(fileno=fd)
+                conn.setblocking(False)
+                task = loop.create_task(loop.connect_accepted_socket(protocol, conn))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+
+        channel.setblocking(False)
+        loop.add_reader(channel.fileno(), readable)
 
 
 class EvomemHTTPServer:
     """The service on its bound socket; ``serve_forever`` runs it (in any thread), ``shutdown`` stops
     it and waits, ``server_close`` releases the socket."""
 
-    def __init__(self, sock: socket.socket, service: RetrievalService, settings: Settings) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        service: RetrievalService,
+        settings: Settings,
+        channel: socket.socket | None = None,
+    ) -> None:
         self.socket = sock
         self.service = service
         app, self.api = create_app(service, settings)
-        config = uvicorn.Config(
+        config = uvicorn_config(
             app,
-            http=_Protocol,
-            loop="asyncio",
+            EdgeLimits.from_settings(settings),
             lifespan="off",
-            log_config=None,
-            access_log=False,
-            server_header=False,
-            proxy_headers=False,
-            backlog=BACKLOG,
-            timeout_keep_alive=max(1, round(settings.http_idle_timeout_s)),
-            limit_concurrency=settings.http_max_connections,
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
-        config.timeout_keep_alive = settings.http_idle_timeout_s  # type: ignore[assignment]  # a float works
         self._server = _Server(config)
+        self._server.channel = channel
         self._done = threading.Event()
         self._done.set()
 
@@ -156,11 +153,14 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def build_server(
-    settings: Settings, runtime: Runtime | None = None, sock: socket.socket | None = None
+    settings: Settings,
+    runtime: Runtime | None = None,
+    sock: socket.socket | None = None,
+    channel: socket.socket | None = None,
 ) -> EvomemHTTPServer:
     """The retrieval side: the stores (``runtime``, or those the settings name), the projector
-    following the change feed, and the HTTP API on its bound socket (``sock``: one already listening,
-    as ``evomem serve --workers`` hands each process)."""
+    following the change feed, and the HTTP API on its bound socket (``sock``: one already listening;
+    with ``channel``, the connections ``evomem serve --workers`` accepts on it and hands over)."""
     auth = TokenAuth(settings.tokens.get_secret_value() if settings.tokens else None)
     if sock is None:
         sock = bind(settings.http_host, settings.http_port)  # first: a port in use opens nothing
@@ -177,7 +177,7 @@ def build_server(
                 f"listens on loopback; set tokens to bind {settings.http_host}"
             )
         runtime.follow()
-        return EvomemHTTPServer(sock, RetrievalService(runtime, auth), settings)
+        return EvomemHTTPServer(sock, RetrievalService(runtime, auth), settings, channel)
     except BaseException:
         sock.close()
         runtime.close()

@@ -51,6 +51,9 @@ _STATUS = {"rate_limit": 429, "server_error": 500, "unavailable": 503, "bad_requ
 #: Decides one event: its document in the prompt and the prompt's insights (number → text) → the
 #: event's entry in the answer ({"event", "insight_edits", "add_new_insight"}).
 JudgeFn = Callable[[dict[str, Any], dict[int, str]], dict[str, Any]]
+#: Answers an agent's turn (a request that carries no event to judge): the request's messages → the
+#: assistant's text. The framework tests script the agent under test with it.
+ReplyFn = Callable[[list[dict[str, Any]]], str]
 
 
 @dataclass
@@ -87,6 +90,7 @@ class _State:
     json_schema: bool
     api_key: str | None
     judge: JudgeFn = field(default_factory=lambda: judge)
+    reply: ReplyFn | None = None  # an agent's turn, when set; else every request is the controller's
     refusal_status: int = 400  # of a refused json_schema; llama-cpp-python answers 500
     context_tokens: int | None = None  # the model's context: a longer prompt is refused (400)
     faults: list[Fault] = field(default_factory=list)
@@ -317,13 +321,12 @@ class _Handler(BaseHTTPRequestHandler):
             record(200, fault)
             if state.stopping.wait(fault.delay_s):  # type: ignore[union-attr]
                 return
-        entries = []
-        for doc in events:
-            entry = state.judge(doc, insights)
-            per_event = state.take(json.dumps(doc, ensure_ascii=False), kinds=EVENT_FAULTS)
-            entries.append(corrupt(entry, doc, per_event.kind, insights) if per_event else entry)
+        if state.reply is not None and not events:
+            content, finish = state.reply(messages), "stop"
+        else:
+            entries, per_event = self._entries(events, insights)
             fault = fault or per_event
-        content, finish = self._content({"events": entries}, fault)
+            content, finish = self._content({"events": entries}, fault)
         completion = counter.count(content)
         if not late:
             record(200, fault, completion)
@@ -348,6 +351,20 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             },
         )
+
+    def _entries(
+        self, events: list[dict[str, Any]], insights: dict[int, str]
+    ) -> tuple[list[dict[str, Any]], Fault | None]:
+        """The judge's entry for each event, faults applied; the first per-event fault that fired."""
+        state = self.server.state
+        entries = []
+        fired: Fault | None = None
+        for doc in events:
+            entry = state.judge(doc, insights)
+            per_event = state.take(json.dumps(doc, ensure_ascii=False), kinds=EVENT_FAULTS)
+            entries.append(corrupt(entry, doc, per_event.kind, insights) if per_event else entry)
+            fired = fired or per_event
+        return entries, fired
 
     @staticmethod
     def _content(answer: dict[str, Any], fault: Fault | None) -> tuple[str, str]:
@@ -401,11 +418,14 @@ class LLMTestServer:
         json_schema: bool = True,
         api_key: str | None = None,
         judge: JudgeFn | None = None,
+        reply: ReplyFn | None = None,
     ) -> None:
-        """``judge`` replaces the built-in rule-based ``judge`` (faults still apply on top of it)."""
+        """``judge`` replaces the built-in rule-based ``judge`` (faults still apply on top of it);
+        ``reply`` answers the requests that carry no event (an agent's turns) with its text."""
         self.state = _State(latency_s, json_schema, api_key)
         if judge is not None:
             self.state.judge = judge
+        self.state.reply = reply
         self._httpd = _Server((host, port), self.state)
         self._thread: threading.Thread | None = None
 
@@ -521,4 +541,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["Call", "Fault", "JudgeFn", "LLMTestServer", "corrupt", "judge", "main", "read_prompt"]
+__all__ = ["Call", "Fault", "JudgeFn", "LLMTestServer", "ReplyFn", "corrupt", "judge", "main", "read_prompt"]

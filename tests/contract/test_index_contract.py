@@ -28,7 +28,9 @@ from evomem.settings import Settings
 
 Kind = Literal["sparse", "dense"]
 Opener = Callable[..., VectorIndex]
-BACKENDS = ["edge", "client", "memory"]
+#: edge-own: the embedded engine with every namespace promoted to a shard of its own at its first
+#: query; edge: the default tier, small namespaces in shared shards
+BACKENDS = ["edge", "edge-own", "client", "memory"]
 BIG = 4_000_000_000  # a crc32 bucket above 2**31: sparse indices are unsigned 32-bit
 
 
@@ -44,8 +46,11 @@ def open_index(backend: str, tmp_path: Path) -> Iterator[Opener]:
 
     def _open(kind: Kind = "sparse", dim: int = 4, idf: bool = False) -> VectorIndex:
         index: VectorIndex
-        if backend == "edge":
-            index = EdgeIndex(tmp_path / "qdrant", kind, dim if kind == "dense" else 0, idf=idf)
+        if backend in ("edge", "edge-own"):
+            promote_at = 1 if backend == "edge-own" else 1000
+            index = EdgeIndex(
+                tmp_path / "qdrant", kind, dim if kind == "dense" else 0, idf=idf, promote_at=promote_at
+            )
         elif backend == "client":
             similarity = "idf" if idf else "cosine"
             settings = Settings(data_dir=tmp_path, qdrant_url=":memory:", similarity=similarity)
@@ -642,18 +647,14 @@ def test_what_persist_made_durable_outlives_a_killed_process(tmp_path: Path) -> 
 
 
 def test_a_namespace_directory_holding_another_namespace_is_refused(tmp_path: Path) -> None:
-    """A namespace's shard is found by the hash of its name; the NAMESPACE file inside must name it,
-    or the store is not the one this process wrote."""
-    first = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
+    """A promoted namespace's shard is found by the hash of its name; the NAMESPACE file inside must
+    name it, or the store is not the one this process wrote."""
+    first = EdgeIndex(tmp_path / "qdrant", "sparse", 0, promote_at=1)
     first.write_queries([(query("q", "a"), NEAR)])
     first.close()
     next((tmp_path / "qdrant" / "namespaces").glob("*/NAMESPACE")).write_text("b", encoding="utf-8")
-    again = EdgeIndex(tmp_path / "qdrant", "sparse", 0)
-    try:
-        with pytest.raises(StoreError, match="holds the queries of namespace 'b', not of 'a'"):
-            again.search_queries(PROBE, "a", 3)
-    finally:
-        again.close()
+    with pytest.raises(StoreError, match="holds the queries of namespace 'b', not of the namespace"):
+        EdgeIndex(tmp_path / "qdrant", "sparse", 0)
 
 
 def test_an_unreachable_qdrant_is_a_transient_error_without_the_key(tmp_path: Path) -> None:

@@ -25,7 +25,9 @@ EXAMPLES = 25  # per operation and phase: enough to find what the first fuzzing 
 
 #: 413 is how the service refuses a body past EVOMEM_HTTP_MAX_BODY_BYTES before reading it: a
 #: rejection, which schemathesis does not count as one by default. An event may be schema-valid and
-#: still name an insight that is not in its namespace: 422, naming that field (checked below).
+#: still name an insight that is not in its namespace: 422, naming that field (checked below). So
+#: may a retrieval's ``as_of`` lie outside the retention window, and a revert name neither an event
+#: nor a time, or an event that was never applied (404).
 CONFIG = schemathesis.config.SchemathesisConfig.from_str(
     """
 [checks.negative_data_rejection]
@@ -34,6 +36,14 @@ expected-statuses = [400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429]
 [[operations]]
 include-path = "/v1/events"
 checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 409, 422, 429]
+
+[[operations]]
+include-path = "/v1/retrieve"
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 422, 429]
+
+[[operations]]
+include-path = "/v1/revert"
+checks.positive_data_acceptance.expected-statuses = ["2xx", 401, 403, 404, 422]
 """
 )
 DOCUMENT = openapi()

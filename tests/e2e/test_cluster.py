@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,7 +219,15 @@ def test_dead_letters_replay_settings_and_rate_limits_work_across_slots(
         fixed_id = cluster_client.xadd(keys.DLQ_STREAM, {"event": ok.model_dump_json(), "reason": "x"})
         (again,) = stream.replay([fixed_id.decode()])
         assert again and stream.dead_letter_entry(fixed_id.decode()) is None
+        assert mem.event(str(ok.event_id)).state == "queued"  # its state marker: another slot
         assert mem.consolidate().applied == 1
+        assert mem.event(str(ok.event_id)).state == "applied"
+        reported = mem.report(status="failed", namespace="team-3", query="a task", proposed_insight="L.")
+        assert mem.event(reported).state == "queued"
+        dead = str(uuid.uuid4())
+        stream.publish_raw(json.dumps({"event_id": dead, "namespace": "team-4", "query": "q", "status": "?"}))
+        mem.consolidate()
+        assert (mem.event(dead).state, mem.event(dead).field) == ("dead-lettered", "status")
     overrides = NamespaceSettings(cluster_client, settings)
     overrides.set("team-5", {"budget": 7})
     assert overrides.all()["team-5"].budget == 7

@@ -24,7 +24,14 @@ from evomem import Memory, Settings
 from evomem.mcp.mcp_server import LocalToolBackend, MCPHTTPServer, build
 from evomem.service.auth import OPEN
 
-TOOLS = {"retrieve_insights", "report_outcome", "inspect_insight"}
+TOOLS = {
+    "retrieve_insights",
+    "report_outcome",
+    "inspect_insight",
+    "event_state",
+    "revert_edits",
+    "pin_insight",
+}
 TOKENS = "tok-alpha=alpha;tok-beta=beta"
 WAIT_S = 60.0
 
@@ -58,8 +65,9 @@ async def eventually(check: Any, what: str) -> Any:
     raise AssertionError(what)  # pragma: no cover
 
 
-async def learn_and_revise(client: Client, namespace: str, settle: Any, *, query_texts: bool = True) -> None:
-    """The whole loop an agent runs: report a lesson, retrieve it, judge it partial, inspect.
+async def learn_and_revise(client: Client, namespace: str, settle: Any, *, query_texts: bool = True) -> str:
+    """The whole loop an agent runs: report a lesson, retrieve it, judge it partial, inspect, ask
+    whether the report was applied; the id of that report's event.
     (Through a remote service the evidence is shown as query ids: the HTTP API has no query texts.)"""
     task = f"Verify: Mohra is a car ({namespace})"
     tools = await client.list_tools()
@@ -114,6 +122,35 @@ async def learn_and_revise(client: Client, namespace: str, settle: Any, *, query
     )
     assert "revised_text" in text
 
+    async def applied() -> dict[str, Any] | None:
+        state = await ok(client, "event_state", event_id=reported["event_id"])
+        return state if state["state"] == "applied" else None
+
+    state = await eventually(applied, "the partial verdict's event to be applied")
+    assert [(e["op"], e["outcome"]) for e in state["edits"]] == [("REVISE", "revised")]
+    assert "no event" in await refused(client, "event_state", event_id="not-an-event")
+
+    # the operator's tools: the revision undone, the insight pinned
+    undone = await ok(client, "revert_edits", event_id=reported["event_id"], reason="a wrong revision")
+    assert undone["namespace"] == namespace and undone["action"] == "revert"
+    await settle()
+
+    async def restored() -> dict[str, Any] | None:
+        view = await ok(client, "inspect_insight", insight_id=insight["id"])
+        return view if view["state"] == "active" else None
+
+    view = await eventually(restored, "the revert to restore the insight")
+    assert view["history"][-1]["op"] == "REVERT" and "a wrong revision" in view["history"][-1]["note"]
+    await ok(client, "pin_insight", insight_id=insight["id"], reason="checked by hand")
+    await settle()
+
+    async def pinned() -> dict[str, Any] | None:
+        view = await ok(client, "inspect_insight", insight_id=insight["id"])
+        return view if view["history"][-1]["op"] == "PIN" else None
+
+    await eventually(pinned, "the pin to be applied")
+    return str(reported["event_id"])
+
 
 # -- in process ------------------------------------------------------------------------------------
 def test_in_process_client_lists_retrieves_reports_and_inspects(
@@ -166,6 +203,8 @@ def test_stdio_process_serves_its_token_namespace_only(
             assert "may not use namespace 'beta'" in text
             text = await refused(client, "report_outcome", status="resolved", query="x", namespace="beta")
             assert "may not use namespace 'beta'" in text
+            text = await refused(client, "revert_edits", since="2020-01-01T00:00:00+00:00", namespace="beta")
+            assert "may not use namespace 'beta'" in text
 
     anyio.run(run)
 
@@ -213,7 +252,7 @@ async def http_client(url: str, token: str) -> AsyncIterator[Client]:
 def test_streamable_http_tools_and_tenancy(mcp_http: MCPHTTPServer) -> None:
     async def run() -> None:
         async with http_client(mcp_http.url, "tok-alpha") as alpha:
-            await learn_and_revise(alpha, "alpha", _nothing)
+            event_id = await learn_and_revise(alpha, "alpha", _nothing)
             r = await ok(alpha, "retrieve_insights", query="Verify: Mohra is a car (alpha)")
             insight_id = r["insights"][0]["id"]
             before = await ok(alpha, "inspect_insight", insight_id=insight_id)
@@ -223,6 +262,7 @@ def test_streamable_http_tools_and_tenancy(mcp_http: MCPHTTPServer) -> None:
             text = await refused(beta, "retrieve_insights", query="Verify: Mohra is a car", namespace="alpha")
             assert "may not use namespace 'alpha'" in text
             assert "no insight" in await refused(beta, "inspect_insight", insight_id=insight_id)
+            assert "no event" in await refused(beta, "event_state", event_id=event_id)
             text = await refused(beta, "report_outcome", status="failed", retrieval_id=r["retrieval_id"])
             assert "may not use namespace 'alpha'" in text
             text = await refused(

@@ -282,3 +282,55 @@ def test_fast_settings_are_consistent() -> None:
     """The test timings obey the rule the settings enforce (claim idle time > batch time limit)."""
     s = Settings(**{k.removeprefix("EVOMEM_").lower(): v for k, v in FAST.items()})  # type: ignore[arg-type]
     assert s.claim_idle_ms / 1000 > s.batch_time_limit_s
+
+
+def test_reverts_and_pins_under_sigkilled_workers_are_each_applied_once(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path, workers: Workers
+) -> None:
+    """Revert and pin requests, each published twice with the same id, while worker processes are
+    SIGKILLed mid-batch: the final graph equals the serial model with each request applied once —
+    no edit undone twice, none lost, one history record per undone edit."""
+    from evomem.pipeline.consolidate import apply_control
+    from schemas import ControlRequest
+
+    rng = random.Random(40)
+    workers.start(2, concurrency=2)
+    hot, seeds = seeded_insights(redis_client, 10)
+    events = hot_events(rng, NS, hot, 600, proposals=0.0)
+    xadd_events(redis_client, events)
+    total = len(seeds) + len(events)
+    wait_for(lambda: consolidated(redis_client, total), 240, "the events consolidated", every=0.2)
+    # whole events undone (what they did to the hot insights commutes), and pins of distinct insights
+    requests = [
+        ControlRequest(namespace=NS, action="revert", by="ops", event_id=str(e.event_id))
+        for e in rng.sample(events, 300)
+    ] + [ControlRequest(namespace=NS, action="pin", by="ops", insight_id=i) for i in hot[:4]]
+    stream = EventStream(redis_client)
+    held_at_kill = []
+    for n, request in enumerate(requests):
+        stream.publish_control(request)
+        stream.publish_control(request)  # a client's retry: the same request id
+        if n % 40 == 0:
+            held_at_kill.append(workers.kill_mid_batch(redis_client, rng))
+    total += 2 * len(requests)
+    try:
+        wait_for(lambda: control_done(redis_client, total), 240, "every request applied", every=0.2)
+    except AssertionError:
+        raise AssertionError(f"{stream.info()}\n{workers.logs()}") from None
+    assert any(held_at_kill), f"no process was caught mid-batch: {held_at_kill}"
+    model = serial_model([*seeds, *events], MODEL_SETTINGS)
+    undone = sum(apply_control(model, r).reverted for r in requests)
+    graph = RedisGraphStore(redis_client)
+    assert graph_state(graph, NS) == graph_state(model, NS)
+    pinned = {i for i, node in graph.insights(hot).items() if node.pinned}
+    assert pinned == set(hot[:4])
+    reverts = [r for r in history_records(redis_client) if b'"REVERT"' in r]
+    assert len(set(reverts)) == undone > 0
+    if not is_cluster_url(redis_url):
+        assert len(reverts) == undone
+    assert stream.info()["dead_letters"] == 0
+
+
+def control_done(client: redis.Redis, total: int) -> bool:
+    info = EventStream(client).info()
+    return info["pending"] == 0 and info["lag"] == 0 and info["length"] >= total

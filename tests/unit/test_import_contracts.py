@@ -59,3 +59,16 @@ def test_a_vendor_in_the_core_an_upward_import_and_a_cycle_each_break_a_contract
     assert "evomem.pipeline.upward -> evomem.runtime" in out  # the layers contract
     assert "No import cycle between sibling modules anywhere BROKEN" in out
     assert "load neither Redis, Qdrant nor the" in out and "evomem.sdk.remote -> evomem.runtime" in out
+
+
+def test_importing_evomem_loads_no_agent_framework() -> None:
+    """The frameworks are installed here (the dev extra), yet ``import evomem`` and its SDK load none."""
+    frameworks = ("langgraph", "langchain_core", "langchain_openai", "agents", "pydantic_ai")
+    code = (
+        "import sys, evomem, evomem.sdk, evomem.integrations, evomem.integrations.outcomes\n"
+        f"print([m for m in {frameworks!r} if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

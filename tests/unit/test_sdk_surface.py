@@ -56,9 +56,11 @@ def test_memory_open_returns_a_memory_whatever_the_backend() -> None:
 
 def test_evomem_exports_exactly_its_public_names() -> None:
     assert sorted(evomem.__all__) == [
+        "AsyncMemory",
         "ConfigError",
         "ConsolidationReport",
         "EditRecord",
+        "EventState",
         "EvomemError",
         "InsightView",
         "InvalidEventError",

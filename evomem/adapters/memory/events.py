@@ -10,10 +10,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from evomem.core.ports import EditStore, Entry
 from evomem.errors import InvalidEventError
-from schemas import TaskEvent
+from schemas import ControlRequest, TaskEvent
 
 
 @dataclass
@@ -41,6 +42,7 @@ class InMemoryEventLog:
         self.maxlen = maxlen
         self.clock = clock
         self.entries: dict[str, bytes] = {}
+        self.controls: set[str] = set()  # entries that hold a control request
         self.pending: dict[str, _Pending] = {}
         self.dead_letters: list[DeadLetter] = []
         self._delivered: list[str] = []  # ids handed to the group, in order
@@ -62,6 +64,12 @@ class InMemoryEventLog:
                         field, f"no insight {insight_id!r} in namespace {event.namespace!r}"
                     )
         return self.publish_raw(event.model_dump_json())
+
+    def publish_control(self, request: ControlRequest) -> str:
+        entry_id = self.publish_raw(request.model_dump_json())
+        with self._lock:
+            self.controls.add(entry_id)
+        return entry_id
 
     def publish_raw(self, document: str | bytes) -> str:
         """Append a document as it is, unvalidated (what a foreign publisher's XADD does)."""
@@ -93,7 +101,8 @@ class InMemoryEventLog:
         before = self.pending.get(entry_id)
         deliveries = 1 if before is None else before.deliveries + 1
         self.pending[entry_id] = _Pending(consumer, deliveries, self.clock())
-        return Entry(entry_id, self.entries.get(entry_id), deliveries)
+        kind: Literal["event", "control"] = "control" if entry_id in self.controls else "event"
+        return Entry(entry_id, self.entries.get(entry_id), deliveries, kind=kind)
 
     def ack(self, ids: Sequence[str]) -> None:
         with self._lock:

@@ -7,6 +7,7 @@ one a trustworthy model for the delivery tests.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections import Counter
@@ -19,6 +20,7 @@ from pydantic import TypeAdapter
 
 from evomem.core.editing import EditPlan, PlannedEdit, archive_threshold_reached
 from evomem.core.hashing import word_features
+from evomem.core.lifecycle import AppliedEdit, AppliedEvent, ControlPlan, ControlResult
 from evomem.core.ports import (
     RECENT_EVENTS,
     ApplyResult,
@@ -33,6 +35,7 @@ from evomem.core.ports import (
     RetrievalRecord,
     StoredDecision,
 )
+from evomem.core.rollback import Snapshot
 from evomem.errors import InvalidEventError
 from schemas import InsightNode, QueryNode
 
@@ -58,6 +61,7 @@ class _Insight:
     version: int = 1
     revised_from: str | None = None
     revised_to: str | None = None
+    pinned: bool = False
 
     def freeze(self) -> InsightNode:
         return InsightNode(
@@ -73,6 +77,7 @@ class _Insight:
             created_by_event=self.created_by_event,
             created_at=self.created_at,
             updated_at=self.updated_at,
+            pinned=self.pinned,
         )
 
 
@@ -113,6 +118,10 @@ class InMemoryGraphStore:
         self._history: list[EditRecord] = []
         self._changes: list[Change] = []
         self._recent: dict[str, list[tuple[int, int, int]]] = {}  # namespace -> newest first
+        self._applied_query: dict[EventKey, str] = {}  # the query of each applied event
+        self._applied_log: list[tuple[str, str, datetime]] = []  # (namespace, event id, at), in order
+        self._controls: dict[EventKey, ControlResult] = {}  # (namespace, request id) -> its result
+        self._reverted: set[EventKey] = set()  # (namespace, edit key) of every edit reverted
 
     # -- writes ------------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
@@ -132,6 +141,9 @@ class InMemoryGraphStore:
             at = _AT.dump_python(plan.at, mode="json")  # the plan's JSON form, as the Redis store records it
             for edit in plan.edits:
                 outcome = self._apply_edit(plan, query, edit, ev)
+                evidence_of_add = edit.op == "ADD" and outcome.outcome != "added"
+                judged = plan.status == "resolved" if evidence_of_add else not edit.inferred
+                outcome = dataclasses.replace(outcome, judged=judged)
                 outcomes.append(outcome)
                 if outcome.outcome in ("revised", "added"):
                     assert outcome.new_id is not None
@@ -168,6 +180,9 @@ class InMemoryGraphStore:
                 self._feed("insight", plan.namespace, node_id, version)
             result = ApplyResult(plan.event_id, False, tuple(outcomes), tuple(created))
             self._applied[(plan.namespace, plan.event_id)] = (result, plan.digest)
+            self._applied_query[(plan.namespace, plan.event_id)] = plan.query_id
+            if plan.edits:
+                self._applied_log.append((plan.namespace, plan.event_id, plan.at))
             return result
 
     def _feed(self, kind: Literal["insight", "query"], namespace: str, node_id: str, version: int) -> None:
@@ -283,6 +298,9 @@ class InMemoryGraphStore:
             return EditOutcome("KEEP", node.id, "evidence_only")
         # ARCHIVE and REVISE both record q as negative evidence.
         self._negative(node, query, ev, judged)
+        if node.pinned:  # an operator's pin: the evidence is kept, the insight stays as it is
+            self._touch(node, plan, ev, False)
+            return EditOutcome(edit.op, node.id, "pinned")
         was_active = node.state == "active"
         twin = self._active_twin(plan, edit) if edit.op == "REVISE" and was_active else None
         if twin is not None and twin is not node:
@@ -387,6 +405,156 @@ class InMemoryGraphStore:
         self._counted[plan.namespace] += 1
         ev.changed[edit.new_id] = 1
         return node
+
+    # -- a namespace as it stood at a time (evomem.core.rollback) -----------------------------------------
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot, degree: int = 0) -> InMemoryGraphStore:
+        """A store holding one namespace's snapshot, every node announced on its change feed (a
+        projector then builds the read model of that time from it)."""
+        store = cls(degree)
+        ns = snapshot.namespace
+        for q, node in snapshot.queries.items():
+            query = _Query(node, version=1, supports=set(snapshot.supports[q]), harms=set(snapshot.harms[q]))
+            query.neighbours = dict(snapshot.neighbours.get(q, {}))
+            store._queries[(ns, q)] = query
+            store._feed("query", ns, q, 1)
+        words: Counter[int] = Counter()
+        for i, n in snapshot.insights.items():
+            store._insights[i] = _Insight(
+                id=i,
+                namespace=ns,
+                text=n.text,
+                state=n.state,
+                created_by_event=n.created_by_event,
+                created_at=n.created_at,
+                updated_at=n.updated_at,
+                positive=set(n.positive),
+                negative=set(n.negative),
+                inherits=set(snapshot.inherits.get(i, ())),
+                version=1,
+                revised_from=n.revised_from,
+                revised_to=n.revised_to,
+                pinned=n.pinned,
+            )
+            words.update(word_features(n.text))
+            store._feed("insight", ns, i, 1)
+        store._words[ns] = words
+        store._counted[ns] = len(snapshot.insights)
+        return store
+
+    # -- control requests (evomem.core.lifecycle) ---------------------------------------------------
+    def applied_events(self, namespace: str, event_ids: Collection[str]) -> dict[str, AppliedEvent]:
+        with self._lock:
+            out: dict[str, AppliedEvent] = {}
+            for e in event_ids:
+                done = self._applied.get((namespace, e))
+                if done is None:
+                    continue
+                edits = tuple(
+                    AppliedEdit(o.op, o.outcome, o.insight_id, o.new_id, o.forwarded_to, o.judged)
+                    for o in done[0].outcomes
+                )
+                out[e] = AppliedEvent(e, self._applied_query[(namespace, e)], edits)
+            return out
+
+    def events_since(self, namespace: str, since: datetime) -> list[str]:
+        with self._lock:
+            found = [e for ns, e, at in self._applied_log if ns == namespace and at >= since]
+            return list(dict.fromkeys(found))
+
+    def apply_control(self, plan: ControlPlan) -> ControlResult:
+        with self._lock:
+            ns = plan.namespace
+            done = self._controls.get((ns, plan.request_id))
+            if done is not None:
+                return dataclasses.replace(done, replayed=True)
+            at = _AT.dump_python(plan.at, mode="json")
+            changed: dict[str, int] = {}
+            queries: set[str] = set()
+            reverted = skipped = 0
+            pin_changed = False
+            for step in plan.steps:
+                if (ns, step.key) in self._reverted:
+                    skipped += 1
+                    continue
+                self._reverted.add((ns, step.key))
+                reverted += 1
+                for action in step.actions:
+                    node = self._insights.get(action.insight_id)
+                    if node is None or node.namespace != ns:
+                        continue
+                    visible = False
+                    if action.kind in ("-pos", "-neg"):
+                        self._withdraw(node, step.query_id, action.kind == "-neg", step.judged, queries)
+                    elif action.kind == "activate" and node.state != "active":
+                        node.state, visible = "active", True
+                    elif action.kind == "archive" and node.state == "active":
+                        node.state, visible = "archived", True
+                    node.version += 1
+                    node.updated_at = plan.at
+                    if visible or node.id in changed:
+                        changed[node.id] = node.version
+                self._history.append(
+                    EditRecord(
+                        plan.request_id,
+                        "REVERT",
+                        "reverted",
+                        step.insight_id,
+                        step.new_id,
+                        step.query_id,
+                        plan.by,
+                        at,
+                        step.note,
+                        step.outcome,
+                    )
+                )
+            if plan.action in ("pin", "unpin"):
+                node = self._insights.get(plan.insight_id or "")
+                want = plan.action == "pin"
+                if node is not None and node.namespace == ns and node.pinned != want:
+                    node.pinned = want
+                    node.version += 1
+                    node.updated_at = plan.at
+                    pin_changed = True
+                    outcome = "pinned" if want else "unpinned"
+                    self._history.append(
+                        EditRecord(
+                            plan.request_id,
+                            plan.action.upper(),
+                            outcome,
+                            node.id,
+                            None,
+                            "",
+                            plan.by,
+                            at,
+                            plan.note,
+                        )
+                    )
+            for q in sorted(queries):
+                query = self._queries[(ns, q)]
+                query.version += 1
+                self._feed("query", ns, q, query.version)
+            for node_id, version in changed.items():
+                self._feed("insight", ns, node_id, version)
+            result = ControlResult(plan.request_id, False, reverted, skipped, pin_changed)
+            self._controls[(ns, plan.request_id)] = result
+            return result
+
+    def _withdraw(
+        self, node: _Insight, query_id: str, negative: bool, judged: bool, queries: set[str]
+    ) -> None:
+        evidence = node.negative if negative else node.positive
+        if query_id in evidence:
+            evidence.discard(query_id)
+            if judged and negative:
+                node.judged_negative = max(0, node.judged_negative - 1)
+                node.harm_run = max(0, node.harm_run - 1)
+            elif judged:
+                node.judged_positive = max(0, node.judged_positive - 1)
+        query = self._queries.get((node.namespace, query_id))
+        if query is not None:
+            (query.harms if negative else query.supports).discard(node.id)
+            queries.add(query_id)
 
     def apply_many(self, plans: Collection[EditPlan]) -> list[ApplyResult | Exception]:
         out: list[ApplyResult | Exception] = []
@@ -494,6 +662,11 @@ class InMemoryGraphStore:
     def is_applied(self, namespace: str, event_id: str) -> bool:
         with self._lock:
             return (namespace, event_id) in self._applied
+
+    def applied_result(self, namespace: str, event_id: str) -> ApplyResult | None:
+        with self._lock:
+            found = self._applied.get((namespace, event_id))
+        return None if found is None else found[0]
 
     def recent_quality(self, namespace: str) -> QualitySignal:
         with self._lock:

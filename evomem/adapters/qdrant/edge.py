@@ -1,28 +1,50 @@
 """The retrieval index on Qdrant Edge (``qdrant-edge-py``): Qdrant's own engine, in process.
 
 Shards under ``DATA_DIR/qdrant``: ``insights`` (every namespace's insights, with their state), and
-under ``namespaces/`` one shard per namespace for its past queries (with the evidence each carries).
+the namespaces' past queries (with the evidence each carries) in two tiers:
+
+* **shared**: ``shared/0`` .. ``shared/<n-1>`` (``EVOMEM_INDEX_SHARED_SHARDS``), each holding the
+  queries of every small namespace whose name hashes to it, partitioned by the ``namespace`` tenant
+  index and filtered on it in every search;
+* **own**: ``namespaces/<hash>``, the shard of a namespace that passed ``EVOMEM_INDEX_PROMOTE_AT``
+  past queries, to which it was promoted online (``_promote``: its points copied, the shard flushed,
+  then its ``NAMESPACE`` file written, which is the routing switch, then its points dropped from the
+  shared shard). There is no demotion: a namespace's past queries are never deleted, so a namespace
+  never shrinks back below the threshold.
+
 Only one process may open a shard, so the process that opens the store is the one projector for it;
 the insights shard's write-ahead log holds that lock for the whole store. ``state`` is a keyword, not
 a bool: qdrant-edge 0.9.0 never matches a bool payload with ``MatchValue(True)``.
 
-Why a shard per namespace: a sparse search walks the posting lists of the query's dimensions in
-batches over the range of point offsets they span. In one shard shared by every namespace, a
+Why a shard for a large namespace: a sparse search walks the posting lists of the query's dimensions
+in batches over the range of point offsets they span. In one shard shared by every namespace, a
 namespace's queries are interleaved with all the others', so its searches span the whole shard; in
 a shard of its own they span its own queries only. On copies of the growth benchmark's 100k-task
 memory (10 tenants) Eq. 2's search took 1.5 against 0.85-1.0 ms, and ``python -m bench.growth``'s
 paired retrieve p50 ratio (100k over 10k tasks) went from 1.71x to 1.49x (bench/README, "A shard
-per namespace").
+per namespace"). Why shared shards for the small ones: a shard of its own costs a namespace ~56
+files, ~0.18 s to create and a flush of its own in every batch that touches it, so that a batch of
+events of 400 namespaces consolidated at 5 events/s against 463 in one namespace (issue 36). A small
+namespace's searches are answered from its few points through the tenant index.
+
+IDF stays per namespace in both tiers: an own shard's engine weighs the query by its posting lists
+(every point in it is the namespace's); in a shared shard the query is weighed here by the same
+formula from the namespace's own counts (``_weights``), which a bounded table keeps
+(``EVOMEM_INDEX_DF_TABLE``), so that a namespace serves the same queries before and after promotion.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import threading
+from collections import OrderedDict
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import qdrant_edge as qe
 
 from evomem.adapters.qdrant.common import (
@@ -51,13 +73,17 @@ from evomem.errors import ConfigError, EvomemError, StoreError, StoreLockedError
 #: milliseconds (bench/README.md). Applies to shards created from now on.
 SPARSE_FULL_SCAN_THRESHOLD = 500
 #: payload, vectors and point ids (evomem/adapters/qdrant/common.py); 3: sparse dimensions per
-#: namespace; 4: 64-bit integer point ids; 5: a shard of past queries per namespace
-LAYOUT = "5"
+#: namespace; 4: 64-bit integer point ids; 5: a shard of past queries per namespace; 6: shared shards
+#: for small namespaces, a shard of its own for a large one
+LAYOUT = "6"
 _LAYOUT_FILE = "LAYOUT"
-_NAMESPACES = "namespaces"  # one directory per namespace, named by its hash, holding its queries' shard
+_NAMESPACES = "namespaces"  # one directory per promoted namespace, named by its hash: its queries' shard
 _NAMESPACE_FILE = "NAMESPACE"  # the namespace a directory under namespaces/ belongs to, as written
 _EMBEDDER_FILE = "EMBEDDER"  # the embedder (name:dim) whose vectors the store holds
 _SIMILARITY_FILE = "SIMILARITY"  # idf or cosine: what the namespaces' shards were built for
+_SHARED = "shared"  # shared/<i>: the queries of the small namespaces that hash to i
+_SHARED_FILE = "SHARED"  # how many shared shards the store was built with
+_COPY_BATCH = 256  # points copied per scroll when a namespace is promoted
 #: a namespace's own shard needs no namespace index: every point in it is the namespace's
 _NAMESPACE_QUERY_INDEXES = tuple(f for f in QUERY_INDEXES if f[0] != "namespace")
 
@@ -91,6 +117,47 @@ class _Guarded:
 _MEMORY = {"pinned": qe.Memory.Pinned, "cached": qe.Memory.Cached, "cold": qe.Memory.Cold}
 
 
+def shared_shard_of(namespace: str, shards: int) -> int:
+    """The shared shard a small namespace's queries live in: its name's hash, so any name (long,
+    unicode, path-like, with ``:`` or braces) maps to one of ``shards`` directories named by number."""
+    return int.from_bytes(hashlib.blake2b(namespace.encode(), digest_size=8).digest(), "big") % shards
+
+
+def namespace_dir_name(namespace: str) -> str:
+    """The directory under ``namespaces/`` of a promoted namespace: a hash of its name."""
+    return hashlib.sha256(namespace.encode()).hexdigest()[:32]
+
+
+_HALF, _ONE = np.float32(0.5), np.float32(1.0)
+
+
+def idf_weighted(vector: dict[int, float], total: int, df: dict[int, int]) -> dict[int, float]:
+    """``vector``'s weights times Qdrant's IDF of each dimension, held by ``df[d]`` of ``total``
+    points, as the engine's modifier computes it (in f32): ln((N - n + 0.5) / (n + 0.5) + 1)."""
+    dims = list(vector)
+    n = np.fromiter((df.get(d, 0) for d in dims), dtype=np.float32, count=len(dims))
+    idf = np.log((np.float32(total) - n + _HALF) / (n + _HALF) + _ONE)
+    weights = np.fromiter(vector.values(), dtype=np.float32, count=len(dims)) * idf
+    return dict(zip(dims, weights.tolist(), strict=True))
+
+
+class _Counts:
+    """A namespace's document frequencies in its shared shard: how many of its points, and how many
+    of them hold each dimension (its vectors namespaced, so the dimensions are its own)."""
+
+    __slots__ = ("df", "points")
+
+    def __init__(self) -> None:
+        self.points = 0
+        self.df: dict[int, int] = {}
+
+    def add(self, indices: Sequence[int]) -> None:
+        self.points += 1
+        df = self.df
+        for d in indices:
+            df[d] = df.get(d, 0) + 1
+
+
 def edge_layout(directory: Path) -> str | None:
     """The layout an embedded store was written in (None: no store there, or no marker)."""
     marker = directory / _LAYOUT_FILE
@@ -103,7 +170,8 @@ def edge_identity(directory: Path) -> str:
 
 
 class EdgeIndex:
-    """A ``VectorIndex`` on two Qdrant Edge shards."""
+    """A ``VectorIndex`` on Qdrant Edge shards: the insights', the shared ones, and the promoted
+    namespaces' own (at most ``open_shards`` of those open at once, the least recently used closed)."""
 
     def __init__(
         self,
@@ -113,7 +181,17 @@ class EdgeIndex:
         memory: Literal["pinned", "cached", "cold"] = "pinned",
         idf: bool = True,
         embedder: str | None = None,
+        shared_shards: int = 4,
+        promote_at: int = 1000,
+        open_shards: int = 64,
+        df_table: int = 1_048_576,
     ) -> None:
+        if shared_shards < 1 or promote_at < 1 or open_shards < 1 or df_table < 0:
+            raise ValueError("shared_shards, promote_at and open_shards are at least 1, df_table at least 0")
+        self.shared_shards = shared_shards
+        self.promote_at = promote_at
+        self.open_shards = open_shards
+        self.df_table = df_table
         self.dir = directory.resolve()
         self.embedder = embedder
         self.idf = idf and kind == "sparse"
@@ -129,11 +207,22 @@ class EdgeIndex:
         self.insights = self._open(self.dir / "insights", self._config(), INSIGHT_INDEXES)
         (self.dir / _LAYOUT_FILE).write_text(LAYOUT + "\n")
         self._check_similarity()
-        # each namespace's queries, opened on first use; written by the projector's thread, read by
-        # any (the HTTP service's), so opening one is under a lock
-        self._namespaces: dict[str, Any] = {}
+        self._check_shared()
+        # the shards of past queries, opened on first use; written by the projector's thread, read by
+        # any (the HTTP service's), so opening one is under a lock. ``_shared``: by number;
+        # ``_own``: the promoted namespaces' that are open, least recently used first
         self._opening = threading.Lock()
-        self._unflushed: set[str] = set()
+        self._shared: dict[int, Any] = {}
+        self._own: OrderedDict[str, Any] = OrderedDict()
+        self._unflushed: dict[str, Any] = {}  # shard name -> shard, written since the last persist
+        self._promoted: set[str] = self._read_promoted()
+        self._counts: OrderedDict[str, _Counts] = OrderedDict()  # shared namespaces' df, bounded
+        self._counted = 0  # dimensions held in ``_counts``
+        self._reading: dict[str, int] = {}  # namespaces whose counts are being read, by how many
+        self._stale: set[str] = set()  # of those, the ones written meanwhile
+        self._leftovers: list[tuple[str, Any]] = []  # promoted namespaces' points to drop from shared shards
+        self.promotions = 0  # namespaces promoted by this process
+        self._drop_promoted_leftovers()
         # the namespaces that may hold an active insight which took others' evidence over (a REVISE,
         # a merge): only there does serving look for heirs. This process is the store's one writer,
         # so the set it keeps from its own writes stays a superset of the truth.
@@ -181,6 +270,56 @@ class EdgeIndex:
                 "(resumable), or set EVOMEM_EMBEDDER back"
             )
 
+    def _check_shared(self) -> None:
+        marker = self.dir / _SHARED_FILE
+        built = marker.read_text().strip() if marker.exists() else None
+        if built is None:
+            marker.write_text(f"{self.shared_shards}\n")
+        elif built != str(self.shared_shards):
+            self.insights.close()
+            raise ConfigError(
+                f"the embedded Qdrant store at {self.dir} was built with EVOMEM_INDEX_SHARED_SHARDS={built}; "
+                "it is only a read model of Redis: delete that directory and it is rebuilt from Redis "
+                "with the number configured now"
+            )
+
+    def _read_promoted(self) -> set[str]:
+        """The namespaces with a shard of their own: the directories whose ``NAMESPACE`` file was
+        written. A directory without one is a promotion a stopped process left half done: removed
+        (the namespace's points are still in its shared shard)."""
+        promoted: set[str] = set()
+        root = self.dir / _NAMESPACES
+        if not root.exists():
+            return promoted
+        for entry in sorted(root.iterdir()):
+            marker = entry / _NAMESPACE_FILE
+            if marker.exists():
+                owner = marker.read_text(encoding="utf-8")
+                if namespace_dir_name(owner) != entry.name:
+                    self.insights.close()
+                    raise StoreError(
+                        f"{entry} holds the queries of namespace {owner!r}, not of the namespace its name "
+                        f"is the hash of; the embedded Qdrant store at {self.dir} is only a read model of "
+                        "Redis: delete that directory and it is rebuilt from Redis"
+                    )
+                promoted.add(owner)
+            elif entry.is_dir():
+                shutil.rmtree(entry)
+        return promoted
+
+    def _drop_promoted_leftovers(self) -> None:
+        """A promoted namespace's points left in its shared shard (the process stopped before that
+        shard's next flush) are dropped, so no search of the shared shard finds them."""
+        for namespace in sorted(self._promoted):
+            number = shared_shard_of(namespace, self.shared_shards)
+            if not (self.dir / _SHARED / str(number) / "segments").exists():
+                continue
+            shard = self._shared_shard(number)
+            only = qe.Filter(must=[self._match("namespace", namespace)])
+            if int(shard.count(qe.CountRequest(filter=only, exact=True))):
+                shard.update(qe.UpdateOperation.delete_points_by_filter(only))
+                shard.flush()
+
     def _built_for(self, similarity: str) -> ConfigError:
         return ConfigError(
             f"the embedded Qdrant store at {self.dir} was built for EVOMEM_SIMILARITY={similarity}; "
@@ -188,16 +327,18 @@ class EdgeIndex:
             "Redis with the similarity configured now"
         )
 
-    def _config(self, queries: bool = False) -> Any:
-        """The configuration of the insights shard, or (``queries``) of a namespace's queries. The
-        payload stays on disk (Edge's default, mmap); ``memory`` places the vectors' index."""
-        # a namespace's shard: one search thread (a search walks its one segment on one thread
-        # anyway, and a process holds a shard per namespace), no write-ahead log (``persist``)
-        own: dict[str, Any] = {"max_search_threads": 1, "wal_enabled": False} if queries else {}
+    def _config(self, queries: bool = False, shared: bool = False) -> Any:
+        """The configuration of the insights shard, or (``queries``) of a promoted namespace's
+        queries, or (``shared``) of a shared shard of queries. The payload stays on disk (Edge's
+        default, mmap); ``memory`` places the vectors' index."""
+        # a shard of queries: one search thread (a search walks one segment on one thread anyway,
+        # and a process holds many such shards), no write-ahead log (``persist``)
+        own: dict[str, Any] = {"max_search_threads": 1, "wal_enabled": False} if queries or shared else {}
         if self.kind == "sparse":
-            # IDF is applied at search time from the posting lists' lengths: with every namespace's
-            # queries in a shard of their own, both the count of queries and a word's document
-            # frequency are the namespace's
+            # IDF is applied at search time from the posting lists' lengths: in a promoted
+            # namespace's shard both the count of queries and a word's document frequency are the
+            # namespace's. A shared shard's counts are every namespace's: its queries are weighed
+            # here instead (``_weights``)
             sparse = qe.EdgeSparseVectorParams(
                 full_scan_threshold=SPARSE_FULL_SCAN_THRESHOLD,
                 memory=self.memory,
@@ -240,43 +381,137 @@ class EdgeIndex:
 
     def _namespace_dir(self, namespace: str) -> Path:
         # named by a hash: a namespace may hold any character; NAMESPACE inside says whose it is
-        return self.dir / _NAMESPACES / hashlib.sha256(namespace.encode()).hexdigest()[:32]
+        return self.dir / _NAMESPACES / namespace_dir_name(namespace)
 
-    def _queries(self, namespace: str, create: bool = False) -> Any | None:
-        """The shard of the namespace's past queries, opened on first use; None when it has none
-        yet (unless ``create``)."""
-        shard = self._namespaces.get(namespace)
+    def _shared_shard(self, number: int) -> Any:
+        """Shared shard ``number``, opened (created on its first write) once for the store's life."""
+        shard = self._shared.get(number)
+        if shard is None:
+            path = self.dir / _SHARED / str(number)
+            shard = self._open(path, self._config(shared=True), QUERY_INDEXES)
+            self._shared[number] = shard
+        return shard
+
+    def _own_shard(self, namespace: str, create: bool = False) -> Any:
+        """A promoted namespace's shard, opened if it is not (closing the least recently used one
+        past ``open_shards``, unless written since the last persist). Under ``_opening``."""
+        shard = self._own.get(namespace)
         if shard is not None:
+            self._own.move_to_end(namespace)
             return shard
         path = self._namespace_dir(namespace)
-        with self._opening:
-            shard = self._namespaces.get(namespace)
-            if shard is not None:
-                return shard
-            marker = path / _NAMESPACE_FILE
-            if (path / "segments").exists():
-                owner = marker.read_text(encoding="utf-8") if marker.exists() else None
-                if owner != namespace:
-                    raise StoreError(
-                        f"{path} holds the queries of namespace {owner!r}, not of {namespace!r}; the "
-                        f"embedded Qdrant store at {self.dir} is only a read model of Redis: delete "
-                        "that directory and it is rebuilt from Redis"
-                    )
-            elif not create:
-                return None
-            else:
-                path.mkdir(parents=True, exist_ok=True)
-                marker.write_text(namespace, encoding="utf-8")
-            shard = self._open(path, self._config(queries=True), _NAMESPACE_QUERY_INDEXES)
-            self._namespaces[namespace] = shard
-            return shard
+        marker = path / _NAMESPACE_FILE
+        if marker.exists():
+            owner = marker.read_text(encoding="utf-8")
+            if owner != namespace:
+                raise StoreError(
+                    f"{path} holds the queries of namespace {owner!r}, not of {namespace!r}; the "
+                    f"embedded Qdrant store at {self.dir} is only a read model of Redis: delete "
+                    "that directory and it is rebuilt from Redis"
+                )
+        elif not create:
+            raise StoreError(f"the shard of promoted namespace {namespace!r} is missing at {path}")
+        shard = self._open(path, self._config(queries=True), _NAMESPACE_QUERY_INDEXES)
+        self._own[namespace] = shard
+        self._evict()
+        return shard
 
-    def _all_queries(self) -> list[Any]:
-        """Every namespace's queries' shard, the ones not opened yet opened."""
-        for marker in sorted((self.dir / _NAMESPACES).glob(f"*/{_NAMESPACE_FILE}")):
-            if (marker.parent / "segments").exists():
-                self._queries(marker.read_text(encoding="utf-8"))
-        return list(self._namespaces.values())
+    def _evict(self) -> None:
+        """Close the least recently used promoted shards past ``open_shards`` (those written since
+        the last persist stay open until it). A search still holding one finishes on it: the engine
+        releases a shard when its last reference goes."""
+        for name in list(self._own):
+            if len(self._own) <= self.open_shards:
+                return
+            if f"own:{name}" not in self._unflushed:
+                del self._own[name]
+
+    def _route(self, namespace: str, write: bool = False) -> tuple[Any | None, bool]:
+        """(the shard holding the namespace's queries, whether it is a shared one). The shard is
+        None when it does not exist yet and ``write`` is not asked; with ``write`` it is marked
+        for the next persist, so it is not closed before it."""
+        with self._opening:
+            if namespace in self._promoted:
+                shard = self._own_shard(namespace)
+                if write:
+                    self._unflushed[f"own:{namespace}"] = shard
+                return shard, False
+            number = shared_shard_of(namespace, self.shared_shards)
+            missing = (
+                number not in self._shared and not (self.dir / _SHARED / str(number) / "segments").exists()
+            )
+            if missing and not write:
+                return None, True
+            shard = self._shared_shard(number)
+            if write:
+                self._unflushed[f"shared:{number}"] = shard
+            return shard, True
+
+    def _queries(self, namespace: str) -> Any | None:
+        """The shard of the namespace's past queries; None when there is none yet."""
+        return self._route(namespace)[0]
+
+    # -- a shared namespace's document frequencies --------------------------------------------
+    def _namespace_counts(self, namespace: str, shard: Any) -> _Counts:
+        """The namespace's counts in its shared shard: from the table, or read from the shard (its
+        points' vectors, found through the tenant index) and kept, the least recently used
+        dropped past ``df_table`` dimensions."""
+        with self._opening:
+            counts = self._counts.get(namespace)
+            if counts is not None:
+                self._counts.move_to_end(namespace)
+                return counts
+            # a write to the namespace while its points are read marks this reading stale: kept, it
+            # would miss that write's points for good
+            self._reading[namespace] = self._reading.get(namespace, 0) + 1
+        counts = _Counts()
+        only = qe.Filter(must=[self._match("namespace", namespace)])
+        offset: Any = None
+        while True:
+            records, offset = shard.scroll(
+                qe.ScrollRequest(
+                    limit=_COPY_BATCH, offset=offset, filter=only, with_payload=False, with_vector=True
+                )
+            )
+            for r in records:
+                counts.add(r.vector[VECTOR_NAME].indices)
+            if offset is None:
+                break
+        with self._opening:
+            readers = self._reading.pop(namespace, 0)
+            fresh = readers > 0 and namespace not in self._stale
+            if readers > 1:
+                self._reading[namespace] = readers - 1
+            else:
+                self._stale.discard(namespace)
+            if fresh and namespace not in self._promoted and namespace not in self._counts:
+                self._keep_counts(namespace, counts)
+        return counts
+
+    def _keep_counts(self, namespace: str, counts: _Counts) -> None:
+        """Under ``_opening``."""
+        if len(counts.df) > self.df_table:
+            return
+        self._counts[namespace] = counts
+        self._counted += len(counts.df)
+        while self._counted > self.df_table and self._counts:
+            _, dropped = self._counts.popitem(last=False)
+            self._counted -= len(dropped.df)
+
+    def _forget_counts(self, namespace: str) -> None:
+        """Under ``_opening``."""
+        dropped = self._counts.pop(namespace, None)
+        if dropped is not None:
+            self._counted -= len(dropped.df)
+
+    def _weights(self, namespace: str, shard: Any, vector: Vector) -> Vector:
+        """A (namespaced) query weighed by IDF within its namespace, for a shared shard: what the
+        engine's modifier does in a promoted namespace's shard, from the namespace's own counts."""
+        if not self.idf:
+            return vector
+        assert isinstance(vector, dict)
+        counts = self._namespace_counts(namespace, shard)
+        return idf_weighted(vector, counts.points, counts.df)
 
     @staticmethod
     def _index_fields(shard: Any, indexes: Sequence[tuple[str, str]], held: set[str]) -> None:
@@ -308,21 +543,97 @@ class EdgeIndex:
         by_namespace: dict[str, dict[int, tuple[QueryPoint, Vector | None]]] = {}
         for p, v in latest(points):
             by_namespace.setdefault(p.namespace, {})[int_query_point_id(p.namespace, p.id)] = (p, v)
+        grown: list[tuple[str, Any]] = []
         for namespace, by_point in by_namespace.items():
-            shard = self._queries(namespace, create=True)
-            self._unflushed.add(namespace)
-            self._write(shard, by_point, query_payload)
+            shard, shared = self._route(namespace, write=True)
+            new = self._write(shard, by_point, query_payload)
+            if shared and new:
+                grown.append((namespace, shard))
+                if self.idf:  # the namespace's counts, if kept, grow with its new points
+                    with self._opening:
+                        if namespace in self._reading:
+                            self._stale.add(namespace)
+                        if (counts := self._counts.get(namespace)) is not None:
+                            held = len(counts.df)
+                            for point in new:
+                                counts.add(point.vector[VECTOR_NAME].indices)
+                            self._counted += len(counts.df) - held
+        for namespace, shard in grown:
+            only = qe.Filter(must=[self._match("namespace", namespace)])
+            if int(shard.count(qe.CountRequest(filter=only, exact=True))) >= self.promote_at:
+                self._promote(namespace, shard)
+
+    def _promote(self, namespace: str, shared: Any) -> None:
+        """Move a namespace from its shared shard to a shard of its own, online (the projector's
+        thread; searches go on meanwhile): its points copied, the new shard flushed, its
+        ``NAMESPACE`` file written (the routing switch, atomic), then its points deleted from the
+        shared shard. A process stopped before the switch leaves a directory without that file,
+        removed at the next open; one stopped after it, points in the shared shard that the next open
+        drops (``_drop_promoted_leftovers``). Shard creation (~0.18 s) happens once a namespace, past
+        ``promote_at`` queries, not once per namespace."""
+        path = self._namespace_dir(namespace)
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        own = self._open(path, self._config(queries=True), _NAMESPACE_QUERY_INDEXES)
+        only = qe.Filter(must=[self._match("namespace", namespace)])
+        offset: Any = None
+        while True:
+            records, offset = shared.scroll(
+                qe.ScrollRequest(
+                    limit=_COPY_BATCH, offset=offset, filter=only, with_payload=True, with_vector=True
+                )
+            )
+            if records:
+                own.update(qe.UpdateOperation.upsert_points([self._copy(r) for r in records]))
+            if offset is None:
+                break
+        own.flush()
+        marker = path / _NAMESPACE_FILE
+        tmp = path / (_NAMESPACE_FILE + ".tmp")
+        tmp.write_text(namespace, encoding="utf-8")
+        os.replace(tmp, marker)
+        with self._opening:
+            self._promoted.add(namespace)
+            self._own[namespace] = own
+            self._forget_counts(namespace)
+            self._evict()
+        # dropped from the shared shard at the next persist, not now: a search routed there just
+        # before the switch still finds them
+        self._leftovers.append((namespace, shared))
+        self.promotions += 1
+
+    @staticmethod
+    def _copy(record: Any) -> Any:
+        vectors = {}
+        for name, vec in record.vector.items():
+            vectors[name] = (
+                qe.SparseVector(list(vec.indices), list(vec.values)) if hasattr(vec, "indices") else vec
+            )
+        return qe.Point(record.id, vectors, record.payload)
 
     def persist(self) -> None:
-        """Make every write so far durable. A namespace's shard keeps no write-ahead log (one of
-        64 MB on disk per namespace otherwise): what was written to it since its last flush is lost
-        if the process dies, so the projector saves its cursor past the changes only after this
+        """Make every write so far durable: one flush per shard written since the last, however many
+        namespaces it holds. The shards of queries keep no write-ahead log (one of 64 MB on disk
+        each otherwise): what was written to one since its last flush is lost if the process dies,
+        so the projector saves its cursor past the changes only after this
         (``Projector.checkpoint``), and projects them again otherwise. A flush took 2-5 ms a
-        namespace (bench/README, "A shard per namespace")."""
+        shard (bench/README, "A shard per namespace")."""
+        leftovers, self._leftovers = self._leftovers, []
+        for namespace, shared in leftovers:
+            shared.update(
+                qe.UpdateOperation.delete_points_by_filter(
+                    qe.Filter(must=[self._match("namespace", namespace)])
+                )
+            )
+            with self._opening:
+                self._unflushed[f"shared:{shared_shard_of(namespace, self.shared_shards)}"] = shared
         with self._opening:
-            names, self._unflushed = self._unflushed, set()
-        for namespace in names:
-            self._namespaces[namespace].flush()
+            shards, self._unflushed = self._unflushed, {}
+        for shard in shards.values():
+            shard.flush()
+        with self._opening:
+            self._evict()
 
     def write_insights(self, points: Sequence[tuple[InsightPoint, Vector | None]]) -> None:
         pairs = latest(points)
@@ -330,11 +641,12 @@ class EdgeIndex:
         self._with_heirs.update(p.namespace for p, _ in pairs if p.inherits and p.state == "active")
         self._write(self.insights, ids, insight_payload)
 
-    def _write(self, shard: Any, by_point: dict[int, tuple[Any, Vector | None]], payload: Any) -> None:
+    def _write(self, shard: Any, by_point: dict[int, tuple[Any, Vector | None]], payload: Any) -> list[Any]:
         """Upsert the points the shard does not hold, set the payload of those it holds at an older
-        version, and leave alone those it holds at this version or a newer one."""
+        version, and leave alone those it holds at this version or a newer one. Returns the new
+        points."""
         if not by_point:
-            return
+            return []
         fields = ["id", "namespace", "version"]
         held = {r.id: r.payload for r in shard.retrieve(list(by_point), fields, False)}
         new = []
@@ -354,6 +666,7 @@ class EdgeIndex:
                 new.append(qe.Point(pid, self._vector(namespaced(vec, p.namespace)), payload(p)))
         if new:
             shard.update(qe.UpdateOperation.upsert_points(new))
+        return new
 
     # -- reads ---------------------------------------------------------------------------------
     def _nearest(
@@ -405,9 +718,12 @@ class EdgeIndex:
             lambda h: h.payload["id"],
         )
         ids = named_with_heirs([h.payload for h in nearest if h.score > 0])
-        queries = self._queries(namespace)
+        queries, shared = self._route(namespace) if ids else (None, False)
         if not ids or queries is None:
             return []
+        # in a shared shard: the namespace's points alone, and the query weighed by its own IDF
+        only = [self._match("namespace", namespace)] if shared else []
+        ranked_by = self._weights(namespace, queries, by_text) if shared else by_text
         evidence = [
             qe.FieldCondition("supports", match=qe.MatchAny(ids)),
             qe.FieldCondition("harms", match=qe.MatchAny(ids)),
@@ -422,7 +738,7 @@ class EdgeIndex:
         exact = self.idf or about is not None
         hits = top_k_deterministic(
             lambda limit: self._nearest(
-                queries, by_text, [], limit, fields, evidence, skip, with_vector=exact
+                queries, ranked_by, only, limit, fields, evidence, skip, with_vector=exact
             ),
             k,
             lambda h: float(h.score),
@@ -444,13 +760,16 @@ class EdgeIndex:
         # ids and scores of a few more than k (past queries of templated tasks often score exactly
         # alike: the cut must see every tie), then the evidence of the k kept, by id: the evidence
         # arrays are read for k queries only, and one search suffices unless the tie runs longer.
-        # The namespace's own shard: no filter
-        queries = self._queries(namespace)
+        # A promoted namespace's own shard: no filter; a shared one: the namespace's points, the
+        # query weighed by the namespace's IDF
+        queries, shared = self._route(namespace)
         if queries is None:
             return []
         probe = namespaced(vector, namespace)
+        only = [self._match("namespace", namespace)] if shared else []
+        ranked_by = self._weights(namespace, queries, probe) if shared else probe
         hits = top_k_deterministic(
-            lambda limit: self._nearest(queries, probe, [], limit, ["id"]),
+            lambda limit: self._nearest(queries, ranked_by, only, limit, ["id"]),
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
@@ -566,13 +885,58 @@ class EdgeIndex:
         }
 
     def count(self, kind: Literal["insight", "query"]) -> int:
-        shards = [self.insights] if kind == "insight" else self._all_queries()
-        return sum(int(shard.count(qe.CountRequest(exact=True))) for shard in shards)
+        if kind == "insight":
+            return int(self.insights.count(qe.CountRequest(exact=True)))
+        total = 0
+        leaving = [ns for ns, _ in self._leftovers]  # promoted, their copies not dropped yet
+        for number in range(self.shared_shards):
+            if number in self._shared or (self.dir / _SHARED / str(number) / "segments").exists():
+                with self._opening:
+                    shard = self._shared_shard(number)
+                gone = [ns for ns in leaving if shared_shard_of(ns, self.shared_shards) == number]
+                only = (
+                    qe.Filter(must_not=[qe.FieldCondition("namespace", match=qe.MatchAny(gone))])
+                    if gone
+                    else None
+                )
+                total += int(shard.count(qe.CountRequest(filter=only, exact=True)))
+        for namespace in sorted(self._promoted):
+            with self._opening:
+                shard = self._own_shard(namespace)
+            total += int(shard.count(qe.CountRequest(exact=True)))
+        return total
+
+    def tiers(self) -> dict[str, int]:
+        """How the namespaces' queries are held: namespaces in the shared shards, promoted ones with
+        a shard of their own, and the shards (shared, own, and own ones open now)."""
+        shared_namespaces = 0
+        with self._opening:
+            shards = [
+                self._shared_shard(number)
+                for number in range(self.shared_shards)
+                if number in self._shared or (self.dir / _SHARED / str(number) / "segments").exists()
+            ]
+            promoted = set(self._promoted)
+        for shard in shards:
+            found = shard.facet(qe.FacetRequest("namespace", limit=1 << 31, exact=True))
+            shared_namespaces += sum(1 for hit in found.hits if str(hit.value) not in promoted)
+        return {
+            "shared_namespaces": shared_namespaces,
+            "promoted_namespaces": len(self._promoted),
+            "shared_shards": len(shards),
+            "own_shards": len(self._promoted),
+            "own_shards_open": len(self._own),
+            "promote_at": self.promote_at,
+        }
 
     def close(self) -> None:
-        for shard in (*self._namespaces.values(), self.insights):
+        self.persist()  # the promoted namespaces' points left in shared shards dropped first
+        with self._opening:
+            shards = [*self._shared.values(), *self._own.values()]
+            self._shared, self._own, self._unflushed = {}, OrderedDict(), {}
+        for shard in (*shards, self.insights):
             shard.flush()
             shard.close()
 
 
-__all__ = ["EdgeIndex", "edge_identity", "edge_layout"]
+__all__ = ["EdgeIndex", "edge_identity", "edge_layout", "namespace_dir_name", "shared_shard_of"]

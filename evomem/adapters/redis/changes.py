@@ -22,6 +22,18 @@ def cursor_order(cursor: str) -> tuple[int, int]:
     return int(ms or 0), int(seq or 0)
 
 
+def _change(cursor: str, f: dict[str, str]) -> Change:
+    """One feed entry; a malformed one comes back with its ``problem`` rather than failing the page."""
+    kind: Literal["insight", "query"] = "query" if f.get("kind") == "query" else "insight"
+    node, version = f.get("id", ""), f.get("version", "")
+    problem = None
+    if not node:
+        problem = "the change names no node id"
+    elif not version.isdigit() or len(version) > 18:
+        problem = f"version {version[:40]!r} is not a whole number below 10^18"
+    return Change(cursor, kind, f.get("ns", ""), node, 0 if problem else int(version), problem)
+
+
 class RedisChangeFeed:
     """A ``ChangeFeed`` on the ``em:changes`` stream; cursors under ``em:projector:<identity>``."""
 
@@ -33,10 +45,45 @@ class RedisChangeFeed:
         out: list[Change] = []
         for _stream, items in entries or []:
             for entry_id, fields in items:
-                f = {_s(k): _s(v) for k, v in fields.items()}
-                kind: Literal["insight", "query"] = "query" if f["kind"] == "query" else "insight"
-                out.append(Change(_s(entry_id), kind, f.get("ns", ""), f["id"], int(f["version"])))
+                out.append(_change(_s(entry_id), {_s(k): _s(v) for k, v in fields.items()}))
         return out
+
+    # -- changes that can never apply (the projector skips them here) ---------------------------------
+    def dead_letter(self, change: Change, reason: str) -> None:
+        self.r.xadd(
+            keys.CHANGES_DEAD,
+            {
+                "cursor": change.cursor,
+                "kind": change.kind,
+                "ns": change.namespace,
+                "id": change.id,
+                "version": change.version,
+                "reason": reason[:2000],
+                "at": f"{time.time():.3f}",
+            },
+        )
+
+    def dead_changes(self, count: int = 1000) -> list[dict[str, str]]:
+        """The skipped changes, oldest first: their dead-letter id, change fields and reason."""
+        return [
+            {"dead_id": _s(i), **{_s(k): _s(v) for k, v in f.items()}}
+            for i, f in self.r.xrange(keys.CHANGES_DEAD, count=count)
+        ]
+
+    def replay_dead(self, dead_ids: list[str]) -> int:
+        """Announce the skipped changes again (once their cause is fixed), then forget them."""
+        done = 0
+        for letter in self.dead_changes(1_000_000):
+            if letter["dead_id"] not in dead_ids:
+                continue
+            fields = {k: letter[k] for k in ("kind", "ns", "id", "version") if k in letter}
+            self.r.xadd(keys.CHANGES_STREAM, fields)
+            self.r.xdel(keys.CHANGES_DEAD, letter["dead_id"])
+            done += 1
+        return done
+
+    def drop_dead(self, dead_ids: list[str]) -> int:
+        return int(self.r.xdel(keys.CHANGES_DEAD, *dead_ids)) if dead_ids else 0
 
     def wait(self, after: str, block_ms: int) -> None:
         self.r.xread({keys.CHANGES_STREAM: after or "0-0"}, count=1, block=block_ms)

@@ -6,6 +6,7 @@ the task event's JSON Schema; any language can publish with a plain XADD.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -15,16 +16,18 @@ from evomem.adapters.redis.connection import Client, durable, is_cluster, mapped
 from evomem.core.editing import event_digest
 from evomem.core.ports import Entry
 from evomem.errors import InvalidEventError, StoreError, TransientError
-from schemas import TaskEvent
+from schemas import ControlRequest, TaskEvent
 
 # Checks that every insight the event names exists in its namespace and that its event id was not
 # applied or decided before for other content (ARGV[2], the event's digest); returns the first
-# offending id ("bad:") or "reused:"; else appends the event, "ok:" and the new entry id, or on a
-# cluster (no stream among the keys: it lives in another slot) "ok:" alone, and the caller appends.
-# KEYS: the event's applied marker, its decision, the insights it names (ARGV[3..]), then the
-# stream on one server. ARGV: document, digest, insight ids.
+# offending id ("bad:") or "reused:"; else appends the event, sets its state marker (when ARGV[6+n],
+# its TTL, is not 0) and returns "ok:" and the new entry id, or on a cluster (no stream among the
+# keys: it lives in another slot) "ok:" alone, and the caller appends and marks.
+# KEYS: the event's applied marker, its decision, its published digest, the n insights it names,
+# then on one server the event's state marker and the stream. ARGV: document, digest, the published
+# digest's TTL, n, the insight ids, state, the state's TTL.
 _PUBLISH = """
-for i = 1, 2 do
+for i = 1, 3 do
   local seen = redis.call('GET', KEYS[i])
   if seen then
     local ok, d = pcall(cjson.decode, seen)
@@ -33,12 +36,20 @@ for i = 1, 2 do
     end
   end
 end
-for i = 3, #ARGV do
-  if redis.call('EXISTS', KEYS[i]) == 0 then return 'bad:' .. ARGV[i] end
+local n = tonumber(ARGV[4])
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[3 + i]) == 0 then return 'bad:' .. ARGV[4 + i] end
 end
-if #KEYS == #ARGV then return 'ok:' end
-return 'ok:' .. redis.call('XADD', KEYS[#KEYS], '*', 'event', ARGV[1])
+redis.call('SET', KEYS[3], cjson.encode({digest = ARGV[2]}), 'EX', tonumber(ARGV[3]), 'NX')
+if #KEYS == 3 + n then return 'ok:' end
+local id = redis.call('XADD', KEYS[#KEYS], '*', 'event', ARGV[1])
+if ARGV[6 + n] ~= '0' then redis.call('SET', KEYS[#KEYS - 1], ARGV[5 + n], 'EX', ARGV[6 + n]) end
+return 'ok:' .. id
 """
+
+
+#: How long a published event's digest is kept to refuse a conflicting event with its id.
+PUBLISHED_TTL_S = 86_400
 
 
 def _s(v: Any) -> str:
@@ -48,6 +59,8 @@ def _s(v: Any) -> str:
 
 def _entry(entry_id: Any, fields: Any) -> Entry:
     raw = fields.get(b"event") if fields else None
+    if raw is None and fields and b"control" in fields:
+        return Entry(_s(entry_id), fields[b"control"], 1, None, "control")
     missing = tuple(_s(k) for k in fields) if fields and raw is None else None
     return Entry(_s(entry_id), raw, 1, missing)
 
@@ -61,8 +74,10 @@ class EventStream:
         group: str = keys.CONSUMER_GROUP,
         wait_replicas: int = 0,
         wait_timeout_ms: int = 1000,
+        state_ttl_s: int = 86_400,
     ) -> None:
         self.r = mapped(client)
+        self.state_ttl_s = state_ttl_s  # how long an event's state marker is kept (0: none)
         self.maxlen = maxlen
         self.stream = stream
         self.group = group
@@ -82,17 +97,28 @@ class EventStream:
         checked = [
             keys.applied(ns, event_id),
             keys.decision(ns, event_id),
+            keys.published(ns, event_id),
             *(keys.insight(ns, i) for i in named),
         ]
+        state = json.dumps({"namespace": ns, "state": "queued"})
         try:
             res = _s(
                 self._publish(
-                    keys=checked if self.clustered else [*checked, self.stream],
-                    args=[doc, event_digest(event), *named],
+                    keys=checked if self.clustered else [*checked, keys.event_state(event_id), self.stream],
+                    args=[
+                        doc,
+                        event_digest(event),
+                        PUBLISHED_TTL_S,
+                        len(named),
+                        *named,
+                        state,
+                        self.state_ttl_s,
+                    ],
                 )
             )
             if res == "ok:":  # a cluster: the stream is in another slot, appended once the checks pass
                 res = "ok:" + _s(self.r.xadd(self.stream, {"event": doc}))
+                self._mark(event_id, state)
             durable(self.r, [self.stream], self.wait_replicas, self.wait_timeout_ms)
         except TransientError as exc:
             raise TransientError("redis unreachable; the event was not published") from exc
@@ -110,6 +136,32 @@ class EventStream:
             )
             raise InvalidEventError(field, f"no insight {bad!r} in namespace {event.namespace!r}")
         return res[3:]
+
+    def publish_control(self, request: ControlRequest) -> str:
+        """Append an operator's request as one entry with the field ``control``."""
+        try:
+            entry_id = _s(self.r.xadd(self.stream, {"control": request.model_dump_json()}))
+            durable(self.r, [self.stream], self.wait_replicas, self.wait_timeout_ms)
+        except TransientError as exc:
+            raise TransientError("redis unreachable; the request was not published") from exc
+        return entry_id
+
+    def _mark(self, event_id: str, state: str) -> None:
+        if self.state_ttl_s:
+            self.r.set(keys.event_state(event_id), state, ex=self.state_ttl_s)
+
+    def state_of(self, event_id: str) -> dict[str, Any] | None:
+        """The state marker of a reported event: its ``namespace`` and ``state`` (``queued`` or
+        ``dead-lettered``, then with ``reason``, ``field`` and ``dead_letter_id``); None when none
+        is kept (never reported here, reported before ``EVENT_STATE_TTL_S``, or by a plain XADD)."""
+        raw = self.r.get(keys.event_state(event_id))
+        if raw is None:
+            return None
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) and isinstance(doc.get("namespace"), str) else None
 
     def publish_raw(self, document: str | bytes) -> str:
         """Append a document as it is, unvalidated (what a foreign publisher's XADD does)."""
@@ -155,7 +207,7 @@ class EventStream:
             self.stream, self.group, min=entries[0].id, max=entries[-1].id, count=len(entries) * 2
         )
         counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
-        return [Entry(e.id, e.raw, counts.get(e.id, 1), e.fields) for e in entries]
+        return [Entry(e.id, e.raw, counts.get(e.id, 1), e.fields, e.kind) for e in entries]
 
     def claim_stale(self, consumer: str, min_idle_ms: int, count: int) -> list[Entry]:
         """Take over entries that another consumer was given and has not acked for ``min_idle_ms``
@@ -222,17 +274,23 @@ class EventStream:
             "at": str(time.time()),
             "event": entry.raw if entry.raw is not None else b"",
         }
+        if entry.kind == "control":  # an operator's request: replayed as one
+            doc["kind"] = "control"
         # one MULTI on one server; on a cluster the two streams are in two slots, so the dead letter
         # goes first and the ack after: a process that dies in between leaves the entry pending,
         # to be dead-lettered again — never lost
         if self.clustered:
-            self.r.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
+            dlq_id = self.r.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
             self.r.xack(self.stream, self.group, entry.id)
-            return
-        pipe = self.r.pipeline(transaction=True)
-        pipe.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
-        pipe.xack(self.stream, self.group, entry.id)
-        pipe.execute()
+        else:
+            pipe = self.r.pipeline(transaction=True)
+            pipe.xadd(keys.DLQ_STREAM, doc, maxlen=self.maxlen, approximate=True)
+            pipe.xack(self.stream, self.group, entry.id)
+            dlq_id, _ = pipe.execute()
+        named = _named(entry.raw)
+        if named is not None:  # a document that names its event and namespace: its state says why
+            state = {"namespace": named[1], "state": "dead-lettered", "reason": reason, "field": field}
+            self._mark(named[0], json.dumps({**state, "dead_letter_id": _s(dlq_id)}))
 
     def dlq(self, count: int = 100) -> list[dict[str, str]]:
         """The newest dead letters first: id, source_id, reason, field, deliveries, at, event."""
@@ -259,18 +317,22 @@ class EventStream:
             document = items[0][1].get(b"event") if items else None
             if not document:
                 continue
+            field = "control" if items[0][1].get(b"kind") == b"control" else "event"
             # back on the stream (the bytes as they were, not a decoded copy) and out of the dead
             # letters: one MULTI on one server; on a cluster in that order, so a failure in between
             # leaves it in both, and applying it twice is a no-op
             if self.clustered:
-                new_id = self.r.xadd(self.stream, {"event": document})
+                new_id = self.r.xadd(self.stream, {field: document})
                 self.r.xdel(keys.DLQ_STREAM, dlq_id)
             else:
                 pipe = self.r.pipeline(transaction=True)
-                pipe.xadd(self.stream, {"event": document})
+                pipe.xadd(self.stream, {field: document})
                 pipe.xdel(keys.DLQ_STREAM, dlq_id)
                 new_id, _ = pipe.execute()
             new_ids.append(_s(new_id))
+            named = _named(document)
+            if named is not None:  # back in the queue
+                self._mark(named[0], json.dumps({"namespace": named[1], "state": "queued"}))
         return new_ids
 
     def info(self, lag_cap: int = 100_000) -> dict[str, int]:
@@ -290,6 +352,20 @@ class EventStream:
             "consumers": int(g.get("consumers", 0)),
             "dead_letters": int(self.r.xlen(keys.DLQ_STREAM)),
         }
+
+
+def _named(raw: bytes | str | None) -> tuple[str, str] | None:
+    """The event id and namespace a stream document names, when it is JSON that names both."""
+    try:
+        doc = json.loads(raw) if raw else None
+    except ValueError:  # not JSON at all (nor UTF-8): nothing names it
+        return None
+    if not isinstance(doc, dict):
+        return None
+    event_id, namespace = doc.get("event_id"), doc.get("namespace")
+    if isinstance(event_id, str) and isinstance(namespace, str) and 0 < len(event_id) <= 128:
+        return event_id, namespace
+    return None
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:

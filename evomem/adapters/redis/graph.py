@@ -21,6 +21,7 @@ from evomem.adapters.redis.changes import RedisChangeFeed
 from evomem.adapters.redis.connection import Client, durable, is_cluster, mapped
 from evomem.core.editing import EditPlan
 from evomem.core.hashing import word_features
+from evomem.core.lifecycle import CONTROL_OPS, AppliedEdit, AppliedEvent, ControlPlan, ControlResult
 from evomem.core.ports import (
     ApplyResult,
     Change,
@@ -40,6 +41,7 @@ from schemas import ControllerDecision, InsightNode, QueryNode
 CHANGES_MAXLEN = 2_000_000
 HISTORY_MAXLEN = 10_000_000
 _CHAIN = 64  # lineage hops read at most, each way
+CLOCK_SLACK_MS = 60_000  # a worker's clock ahead of the server's: history read from this much earlier
 
 # Link a query to similar ones of its namespace, both ways, each side keeping its ``degree`` most
 # similar neighbours, and clear its "link" flag. KEYS[1]: the query; the neighbours' keys share its
@@ -123,6 +125,7 @@ class RedisGraphStore:
         self._feed = RedisChangeFeed(self.r)
         check_layout(client)
         self._apply = self.r.register_script(_lua("apply.lua"))
+        self._control = self.r.register_script(_lua("control.lua"))
         self._link = self.r.register_script(_LINK)
         self._count_words = self.r.register_script(_COUNT_WORDS)
         self._counted_so_far = self.r.register_script(_COUNTED_SO_FAR)
@@ -154,7 +157,13 @@ class RedisGraphStore:
         docs = [r if isinstance(r, Exception) else json.loads(_s(r)) for r in raw]
         try:
             if self.clustered:
-                self._send_outboxes([(p, d) for p, d in zip(plans, docs, strict=True) if isinstance(d, dict)])
+                self._send_outboxes(
+                    [
+                        (p.namespace, keys.outbox(p.namespace, p.event_id), d)
+                        for p, d in zip(plans, docs, strict=True)
+                        if isinstance(d, dict)
+                    ]
+                )
             durable(
                 self.r,
                 [keys.applied(p.namespace, p.event_id) for p in plans],
@@ -180,18 +189,17 @@ class RedisGraphStore:
             return own
         return [*own, keys.INSIGHT_DIRECTORY, keys.NAMESPACES, keys.HISTORY_STREAM, keys.CHANGES_STREAM]
 
-    def _send_outboxes(self, applied: list[tuple[EditPlan, dict[str, Any]]]) -> None:
+    def _send_outboxes(self, applied: list[tuple[str, str, dict[str, Any]]]) -> None:
         """On a cluster: write what each applied event left in its outbox (history, change feed, id
         directory, namespace list, each in its own slot), then delete the outboxes. Run before the
         events are acknowledged, so a process that dies in between leaves the events pending and
         their replay sends the outbox again: the change feed and the history are at least once
         (a change is idempotent for a projector; a history record carries its event id)."""
-        sent = [(plan, doc["outbox"]) for plan, doc in applied if doc.get("outbox")]
+        sent = [(ns, key, doc["outbox"]) for ns, key, doc in applied if doc.get("outbox")]
         if not sent:
             return
         pipe = self.r.pipeline(transaction=False)
-        for plan, box in sent:
-            ns = plan.namespace
+        for ns, _, box in sent:
             pipe.sadd(keys.NAMESPACES, ns)
             ids = _list(box.get("ids"))
             if ids:
@@ -209,8 +217,8 @@ class RedisGraphStore:
                 )
         pipe.execute()
         pipe = self.r.pipeline(transaction=False)
-        for plan, _ in sent:
-            pipe.delete(keys.outbox(plan.namespace, plan.event_id))
+        for _, key, _ in sent:
+            pipe.delete(key)
         pipe.execute()
         durable(
             self.r,
@@ -218,6 +226,86 @@ class RedisGraphStore:
             self.wait_replicas,
             self.wait_timeout_ms,
         )
+
+    # -- control requests (evomem.core.lifecycle) ---------------------------------------------------
+    def apply_control(self, plan: ControlPlan) -> ControlResult:
+        ns = plan.namespace
+        box = keys.outbox(ns, f"control:{plan.request_id}")
+        own = [keys.control(ns, plan.request_id), keys.reverted(ns), box]
+        try:
+            raw = self._control(
+                keys=own if self.clustered else [*own, keys.HISTORY_STREAM, keys.CHANGES_STREAM],
+                args=[plan.to_json(), keys.PREFIX, CHANGES_MAXLEN, HISTORY_MAXLEN],
+            )
+            doc = json.loads(_s(raw))
+            if self.clustered:
+                self._send_outboxes([(ns, box, doc)])
+            durable(self.r, [own[0]], self.wait_replicas, self.wait_timeout_ms)
+        except TransientError as exc:
+            raise TransientError(f"redis did not keep a control request: {exc}") from exc
+        return ControlResult(
+            doc["request_id"],
+            bool(doc.get("replayed")),
+            int(doc.get("reverted") or 0),
+            int(doc.get("skipped") or 0),
+            bool(doc.get("changed")),
+        )
+
+    def applied_events(self, namespace: str, event_ids: Collection[str]) -> dict[str, AppliedEvent]:
+        ids = list(dict.fromkeys(event_ids))
+        if not ids:
+            return {}
+        out: dict[str, AppliedEvent] = {}
+        for e, raw in zip(ids, self.r.mget([keys.applied(namespace, e) for e in ids]), strict=True):
+            if raw is None:
+                continue
+            d = json.loads(_s(raw))
+            edits = tuple(
+                AppliedEdit(
+                    o["op"],
+                    o["outcome"],
+                    o.get("insight_id"),
+                    o.get("new_id"),
+                    o.get("forwarded_to"),
+                    bool(o.get("judged", True)),
+                )
+                for o in _list(d.get("outcomes"))
+            )
+            query_id = d.get("query_id") or self._query_of(namespace, e, edits)
+            out[e] = AppliedEvent(e, query_id, edits)
+        return out
+
+    def _query_of(self, namespace: str, event_id: str, edits: tuple[AppliedEdit, ...]) -> str:
+        """An event applied before its result kept its query: the query its history records name."""
+        for edit in edits:
+            for node in (edit.insight_id, edit.new_id):
+                if node is None:
+                    continue
+                for raw in self.r.lrange(keys.insight_history(namespace, node), 0, -1):
+                    record = json.loads(_s(raw))
+                    if record.get("event_id") == event_id:
+                        return str(record["query_id"])
+        return ""
+
+    def events_since(self, namespace: str, since: datetime) -> list[str]:
+        # the history stream's entry ids are the times its records were written, never before the
+        # time an edit carries: reading from ``since`` on misses none
+        start = f"{int(since.timestamp() * 1000) - CLOCK_SLACK_MS}-0"
+        found: list[str] = []
+        while True:
+            page = self.r.xrange(keys.HISTORY_STREAM, min=start, max="+", count=5000)
+            for _, fields in page:
+                if _s(fields.get(b"ns", b"")) != namespace:
+                    continue
+                record = json.loads(_s(fields[b"record"]))
+                if record.get("op") in CONTROL_OPS:
+                    continue
+                if datetime.fromisoformat(record["at"]) >= since:
+                    found.append(record["event_id"])
+            if len(page) < 5000:
+                break
+            start = "(" + _s(page[-1][0])
+        return list(dict.fromkeys(found))
 
     def link_queries(self, namespace: str, query_id: str, similar: Mapping[str, float]) -> None:
         pairs = [x for q, w in similar.items() for x in (q, repr(float(w)))]
@@ -267,6 +355,8 @@ class RedisGraphStore:
             "similar_scores": list(record.similar_scores),
             "insight_ids": list(record.insight_ids),
             "similarity": list(record.similarity),
+            "scores": [list(s) for s in record.scores],
+            "at": record.at,
         }
         self.r.set(keys.retrieval(record.namespace, record.id), json.dumps(doc), ex=ttl_s)
 
@@ -373,6 +463,16 @@ class RedisGraphStore:
     def is_applied(self, namespace: str, event_id: str) -> bool:
         return bool(self.r.exists(keys.applied(namespace, event_id)))
 
+    def applied_result(self, namespace: str, event_id: str) -> ApplyResult | None:
+        raw = self.r.get(keys.applied(namespace, event_id))
+        if raw is None:
+            return None
+        try:
+            doc = json.loads(_s(raw))
+        except ValueError:
+            return None
+        return _result(doc) if isinstance(doc, dict) and "event_id" in doc else None
+
     def recent_quality(self, namespace: str) -> QualitySignal:
         rows = [_s(x).split(":") for x in self.r.lrange(keys.recent_outcomes(namespace), 0, -1)]
         return QualitySignal(
@@ -463,6 +563,7 @@ class RedisGraphStore:
                 created_by_event=d["created_by_event"],
                 created_at=datetime.fromisoformat(d["created_at"]),
                 updated_at=datetime.fromisoformat(d["updated_at"]),
+                pinned=d.get("pinned") == "1",
             )
         return out
 
@@ -587,6 +688,8 @@ def _retrieval(namespace: str, retrieval_id: str, raw: bytes | str) -> Retrieval
         tuple(d["insight_ids"]),
         tuple(d.get("similar_scores") or ()),
         tuple(d.get("similarity") or ()),
+        tuple((float(s), int(p), int(c)) for s, p, c in d.get("scores") or ()),
+        d.get("at"),
     )
 
 
@@ -606,7 +709,14 @@ def _error(exc: Exception) -> Exception:
 
 def _result(d: dict[str, Any]) -> ApplyResult:
     outcomes = tuple(
-        EditOutcome(o["op"], o.get("insight_id"), o["outcome"], o.get("new_id"), o.get("forwarded_to"))
+        EditOutcome(
+            o["op"],
+            o.get("insight_id"),
+            o["outcome"],
+            o.get("new_id"),
+            o.get("forwarded_to"),
+            bool(o.get("judged", True)),
+        )
         for o in d.get("outcomes") or []
     )
     return ApplyResult(d["event_id"], bool(d.get("replayed")), outcomes, tuple(d.get("created") or []))

@@ -84,7 +84,12 @@ class NamespaceSettings:
     # -- the store ----------------------------------------------------------------------------------
     def get(self, namespace: str) -> NamespaceOverrides:
         raw = self.client.hgetall(keys.namespace_settings(namespace))
-        doc = {k.decode(): json.loads(v) for k, v in raw.items()}
+        doc = {}
+        for k, v in raw.items():
+            try:
+                doc[k.decode()] = json.loads(v)
+            except (ValueError, UnicodeDecodeError):  # written by hand: ignored like an invalid value
+                log.warning("tenancy.settings_invalid", namespace=namespace, error=f"{k!r} is not JSON")
         try:
             return NamespaceOverrides.model_validate(doc)
         except ValidationError as exc:  # written by hand, or by an older version: ignore what is wrong

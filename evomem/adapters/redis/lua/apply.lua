@@ -293,8 +293,13 @@ for _, e in ipairs(plan.edits) do
     else
       negative(id, judged)
       local twin = nil
-      if e.op == 'REVISE' and state == 'active' then twin = active_twin(e) end
-      if twin and twin ~= id then
+      -- an operator's pin: the evidence is kept, the insight stays as it is
+      local pinned = redis.call('HGET', ins(id), 'pinned') == '1'
+      if e.op == 'REVISE' and state == 'active' and not pinned then twin = active_twin(e) end
+      if pinned then
+        touch(id, false)
+        o.outcome = 'pinned'
+      elseif twin and twin ~= id then
         -- the revised text is already an active insight: revise into it rather than make a twin
         redis.call('HSET', ins(id), 'state', 'archived', 'revised_to', twin)
         touch(id, true)
@@ -341,6 +346,8 @@ for _, e in ipairs(plan.edits) do
       end
     end
   end
+  -- whether its evidence counts toward the evidence policy (a revert takes back what it counted)
+  if e.op == 'ADD' and o.outcome ~= 'added' then o.judged = plan.status == 'resolved' else o.judged = e.inferred ~= true end
   table.insert(outcomes, o)
   local record = cjson.encode({event_id = plan.event_id, op = e.op, outcome = o.outcome,
     insight_id = o.insight_id or cjson.null, new_id = o.new_id or o.forwarded_to or cjson.null,
@@ -382,7 +389,7 @@ end
 for _, id in ipairs(changed_order) do announce('insight', id, changed[id]) end
 
 local result = {event_id = plan.event_id, replayed = false, outcomes = outcomes, created = created,
-  digest = plan.digest}
+  digest = plan.digest, query_id = q, at = at}
 if #created == 0 then result.created = cjson.decode('[]') end
 if #outcomes == 0 then result.outcomes = cjson.decode('[]') end
 local encoded = cjson.encode(result)
