@@ -99,6 +99,9 @@ bench-cluster: install   ## one server against a local Redis Cluster (3 masters 
 bench-quality: install   ## long-horizon memory quality (bench/README.md); figures into bench/results.json
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench.quality
+	$(BIN)/python -m bench.quality --set embedder=e5 --worlds lookalike,mixed-j10 \
+		--arms add+keep/weighted,all-evidence/weighted --seeds 2 --no-plot
+	$(BIN)/python -m bench.paraphrase
 
 up: install              ## Redis, workers and the retrieval side in the background (logs under DATA_DIR)
 	$(BIN)/evomem up

@@ -281,6 +281,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         _out(stats)
         return 0
+    e = stats["embedder"]
+    print(
+        f"embedder       {e['name']} (EMBEDDER={e['configured']}), cosine floor {e['floor']}"
+        + (f", cache {e['cache']['hits']} hits / {e['cache']['misses']} misses" if e.get("cache") else "")
+    )
     s = stats["stream"]
     print(f"events stream  length {s['length']}, pending {s['pending']}, dead letters {s['dead_letters']}")
     print(f"stream         lag {s['lag']} unread, {s['consumers']} consumer(s)")
@@ -321,6 +326,34 @@ def cmd_stats(args: argparse.Namespace) -> int:
                 + (f"{100 * share:.1f}% found harmful where served" if share is not None else "none judged")
                 + f", {recent['retired_per_100_events']:.1f} archived or revised per 100 events"
             )
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    """Rebuild the embedded Qdrant store with the embedder configured now, from Redis; resumable."""
+    from evomem.runtime import reindex
+
+    bar: progress.Progress | None = None
+
+    def shown(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = progress.Progress(None, "re-embedding changes", total, progress.wanted(args.progress))
+        bar.update(done)
+
+    result = reindex(Settings(), shown, force=args.force)
+    if bar is not None:
+        bar.done()
+    if args.json:
+        _out(result)
+    elif result["up_to_date"]:
+        print(f"the store is built by {result['embedder']} already: nothing to do (--force rebuilds it)")
+    else:
+        print(
+            f"reindexed with {result['embedder']}: {result['changes']} changes, {result['queries']} "
+            f"queries and {result['insights']} insights in {result['seconds']} s"
+            + (" (resumed)" if result["resumed"] else "")
+        )
     return 0
 
 
@@ -869,6 +902,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("down", help="stop what `evomem up` started")
     sp.set_defaults(func=cmd_down)
+
+    sp = sub.add_parser(
+        "reindex", help="re-embed the embedded Qdrant store from Redis after a change of embedder (resumable)"
+    )
+    sp.add_argument("--force", action="store_true", help="rebuild a store built by this embedder too")
+    sp.add_argument("--json", action="store_true")
+    progress.add_flag(sp)
+    sp.set_defaults(func=cmd_reindex)
 
     sp = sub.add_parser("stats", help="stream, projector and graph figures")
     sp.add_argument("--json", action="store_true")

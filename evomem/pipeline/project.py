@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from evomem.backoff import capped_doubling
+from evomem.core.embedding import calibrated, embed_passages, embedder_floor
 from evomem.core.ports import (
     Change,
     ChangeFeed,
@@ -80,6 +81,7 @@ class Projector:
         self.graph = graph
         self.index = index
         self.embedder = embedder
+        self.floor = embedder_floor(embedder)
         self.feed = feed
         self.cursor = "0-0" if index.fresh or feed is None else feed.load_cursor(index.identity)
         self.state = FollowerState("idle", None, 0, time.time())
@@ -213,7 +215,7 @@ class Projector:
         for ref in pending:
             ns, q = ref
             hits = self.index.search_queries(vectors[ref], ns, self.link_k + 1)
-            similar = {h.id: h.score for h in hits if h.id != q}
+            similar = {h.id: calibrated(h.score, self.floor) for h in hits if h.id != q}
             self.graph.link_queries(ns, q, dict(list(similar.items())[: self.link_k]))
             self.index.write_queries([(points[ref], vectors[ref])])
         return len(points)
@@ -229,7 +231,7 @@ class Projector:
             return 0
         unseen = [ref for ref in newer if ref not in held]
         vectors: dict[EventKey, Vector] = dict(
-            zip(unseen, self.embedder.embed([newer[ref].text for ref in unseen]), strict=True)
+            zip(unseen, embed_passages(self.embedder, [newer[ref].text for ref in unseen]), strict=True)
         )
         pairs: list[tuple[InsightPoint, Vector | None]] = [(p, vectors.get(ref)) for ref, p in newer.items()]
         if unseen and self.on_new_insights is not None:

@@ -18,9 +18,10 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from evomem.core.embedding import calibrated, embed_passages, embedder_floor
 from evomem.core.hashing import HashingEmbedder, word_features, word_part
 from evomem.core.ports import (
     Embedder,
@@ -233,6 +234,7 @@ class Retriever:
         self.settings = settings
         # a namespace's effective settings (its own λ, budget, scoring, k, hops over the global ones)
         self.resolve = resolve or (lambda _namespace: settings)
+        self.floor = embedder_floor(embedder)  # the cosine unrelated texts get (0: hashing)
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
         # reads whole word tables (``_load_word_table``), one at a time, off the retrieval path
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-words")
@@ -274,7 +276,7 @@ class Retriever:
             vector = self.embedder.embed([query])[0]
         k = top_k or s.top_k
         with stage("similar"):
-            hits = self.index.search_queries(vector, namespace, k)  # Eq. 2
+            hits = self._calibrated(self.index.search_queries(vector, namespace, k))  # Eq. 2
         more: list[QueryHit] = []
         task_words = word_features(query)
         if s.evidence_search:
@@ -285,7 +287,9 @@ class Retriever:
                 # join them
                 found = [h.id for h in hits]
                 about = self.about_vector(vector, task_words)
-                more = self.index.search_evidence(vector, namespace, s.evidence_search, k, found, about)
+                more = self._calibrated(
+                    self.index.search_evidence(vector, namespace, s.evidence_search, k, found, about)
+                )
         with stage("expand"):
             expansion = expand_neighbours(
                 [h.id for h in hits],
@@ -303,6 +307,11 @@ class Retriever:
             active, heirs = self.index.serving_ids(namespace, named)  # Eq. 7: active, supported in Q̃ˢ
         with stage("rank"):
             texts: dict[str, ServingInsight] = {}
+            # a dense embedder's text relevance is the calibrated cosine of the task and the insight
+            # (a passage), which knows meanings; the word sets' cosine of the hashing embedder knows
+            # words only, and with a dense embedder marks down the insight worded unlike the task
+            dense = self.embedder.kind == "dense" and not isinstance(vector, Mapping)
+            lexical_idf = s.relevance == "idf" and not dense
             top, candidates = rank_from_queries(
                 supports,
                 {q: h.harms for q, h in evidence.items()},
@@ -313,10 +322,16 @@ class Retriever:
                 budget or s.budget,
                 scoring=s.scoring,
                 power=s.similarity_power,
-                relevance=self._relevance(task_words, namespace, texts) if s.relevance_power > 0 else None,
+                relevance=(
+                    None
+                    if s.relevance_power <= 0
+                    else self._dense_relevance(vector, namespace, texts)
+                    if dense
+                    else self._relevance(task_words, namespace, texts)
+                ),
                 relevance_power=s.relevance_power,
-                refine=self._idf_relevance(task_words, namespace, texts) if s.relevance == "idf" else None,
-                ceiling=self._ceiling(task_words, namespace) if s.relevance == "idf" else None,
+                refine=self._idf_relevance(task_words, namespace, texts) if lexical_idf else None,
+                ceiling=self._ceiling(task_words, namespace) if lexical_idf else None,
             )  # Eq. 8-10
             texts.update(self.index.read_insights(namespace, [r.id for r in top if r.id not in texts]))
             ranked = [
@@ -355,6 +370,15 @@ class Retriever:
             self._pending.add(future)
             future.add_done_callback(self._pending.discard)
         return retrieval
+
+    def _calibrated(self, hits: list[QueryHit]) -> list[QueryHit]:
+        """Eq. 2's cosines on the hashing embedder's scale (``evomem.core.embedding.calibrated``), so
+        that SIMILARITY_POWER, the edges of the query graph and the rule controller's repeat bar
+        mean the same whatever the embedder."""
+        floor = self.floor
+        if floor <= 0.0:
+            return hits
+        return [replace(h, score=calibrated(h.score, floor)) for h in hits]
 
     def about_vector(self, vector: Vector, task_words: set[int]) -> Vector | None:
         """What the evidence search finds the insights about the task by: with the hashing
@@ -410,6 +434,29 @@ class Retriever:
         def rel(ids: Sequence[str]) -> dict[str, float]:
             sets = self._word_sets(namespace, ids, texts)
             return {i: text_relevance(task, words) for i, words in sets.items()}
+
+        return rel
+
+    def _dense_relevance(
+        self, vector: Vector, namespace: str, texts: dict[str, ServingInsight]
+    ) -> Callable[[Sequence[str]], dict[str, float]]:
+        """How much each candidate's text is about the task with a dense embedder: the calibrated
+        cosine of the task's vector and the insight's as a passage. The projector embedded each
+        insight through the same embedder, whose cache keeps it by text, so a candidate is
+        embedded again only once the cache has dropped it."""
+        task = list(vector)  # a dense vector: a sequence of floats
+
+        def rel(ids: Sequence[str]) -> dict[str, float]:
+            missing = [i for i in ids if i not in texts]
+            if missing:
+                texts.update(self.index.read_insights(namespace, missing))
+            known = [i for i in ids if i in texts]
+            vectors = embed_passages(self.embedder, [texts[i].text for i in known])
+            out = {}
+            for i, v in zip(known, vectors, strict=True):
+                dot = sum(a * b for a, b in zip(task, v, strict=False))
+                out[i] = calibrated(float(dot), self.floor)
+            return out
 
         return rel
 

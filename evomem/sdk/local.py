@@ -12,6 +12,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
+from evomem.core.embedding import embedder_floor, embedder_name
 from evomem.core.ports import VectorIndex
 from evomem.errors import (
     ConfigError,
@@ -395,7 +396,16 @@ class LocalBackend:
                     "retired_per_100_events": quality.retired_per_100_events,
                 },
             }
+        embedder = rt.embedder
+        cache = getattr(embedder, "stats", None)
         out: dict[str, Any] = {
+            # which embedder this process embeds with (EMBEDDER=auto says which it chose)
+            "embedder": {
+                "name": embedder_name(embedder),
+                "configured": rt.settings.embedder,
+                "floor": embedder_floor(embedder),
+                "cache": cache() if cache is not None else None,
+            },
             "stream": rt.events.info(),
             "namespaces": per_ns,
             "projectors": self.projector_lags(),

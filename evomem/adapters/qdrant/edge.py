@@ -79,6 +79,7 @@ LAYOUT = "6"
 _LAYOUT_FILE = "LAYOUT"
 _NAMESPACES = "namespaces"  # one directory per promoted namespace, named by its hash: its queries' shard
 _NAMESPACE_FILE = "NAMESPACE"  # the namespace a directory under namespaces/ belongs to, as written
+_EMBEDDER_FILE = "EMBEDDER"  # the embedder (name:dim) whose vectors the store holds
 _SIMILARITY_FILE = "SIMILARITY"  # idf or cosine: what the namespaces' shards were built for
 _SHARED = "shared"  # shared/<i>: the queries of the small namespaces that hash to i
 _SHARED_FILE = "SHARED"  # how many shared shards the store was built with
@@ -179,6 +180,7 @@ class EdgeIndex:
         dim: int,
         memory: Literal["pinned", "cached", "cold"] = "pinned",
         idf: bool = True,
+        embedder: str | None = None,
         shared_shards: int = 4,
         promote_at: int = 1000,
         open_shards: int = 64,
@@ -191,6 +193,7 @@ class EdgeIndex:
         self.open_shards = open_shards
         self.df_table = df_table
         self.dir = directory.resolve()
+        self.embedder = embedder
         self.idf = idf and kind == "sparse"
         self.memory = _MEMORY[memory]
         self.identity = edge_identity(self.dir)
@@ -198,6 +201,7 @@ class EdgeIndex:
         self.dim = dim
         self.fresh = False
         self._check_layout()
+        self._check_embedder()
         # opened first: its write-ahead log's lock keeps a second process out of the whole store
         # (the namespaces' shards keep no log, see ``persist``)
         self.insights = self._open(self.dir / "insights", self._config(), INSIGHT_INDEXES)
@@ -247,6 +251,24 @@ class EdgeIndex:
         elif built != wanted:
             self.insights.close()
             raise self._built_for(built)
+
+    def _check_embedder(self) -> None:
+        """Vectors of two embedders cannot be compared: a store built by another one is refused,
+        with the way to rebuild it (``evomem reindex``). A store from before the marker is taken as
+        built by the embedder configured now."""
+        if self.embedder is None:
+            return
+        marker = self.dir / _EMBEDDER_FILE
+        built = marker.read_text().strip() if marker.exists() else None
+        if built is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            marker.write_text(self.embedder + "\n")
+        elif built != self.embedder:
+            raise ConfigError(
+                f"the embedded Qdrant store at {self.dir} was built by the {built} embedder, and "
+                f"EVOMEM_EMBEDDER gives {self.embedder}: run `evomem reindex` to re-embed it from Redis "
+                "(resumable), or set EVOMEM_EMBEDDER back"
+            )
 
     def _check_shared(self) -> None:
         marker = self.dir / _SHARED_FILE
@@ -339,6 +361,12 @@ class EdgeIndex:
         except Exception as exc:  # the engine raises a bare exception type for a held WAL lock
             if "modifier" in str(exc):
                 raise self._built_for("cosine" if self.idf else "idf") from None
+            if "ncompatible" in str(exc):  # a store from before the embedder marker, of another kind
+                raise ConfigError(
+                    f"the embedded Qdrant store at {self.dir} was built by another embedder than "
+                    f"EVOMEM_EMBEDDER's ({self.embedder or self.kind}): run `evomem reindex` to re-embed "
+                    "it from Redis (resumable), or set EVOMEM_EMBEDDER back"
+                ) from None
             if "WouldBlock" in str(exc):
                 raise StoreLockedError(
                     f"the embedded Qdrant store at {path} is open in another process; only one process may "

