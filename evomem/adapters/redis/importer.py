@@ -196,14 +196,19 @@ def _check_owners(client: Any, records: list[tuple[int, str, dict[str, Any]]]) -
             raise InvalidEventError(f"line {n}", f"namespace: insight {i} exists elsewhere")
 
 
+def _list(record: dict[str, Any], name: str) -> list[Any]:
+    """A record's list field (absent: empty); anything else is refused in one line."""
+    value = record.get(name, [])
+    if not isinstance(value, list):
+        raise ValueError(f"{name}: a list, not {type(value).__name__}")
+    return value
+
+
 def _check(kind: str, record: dict[str, Any], namespaces: Collection[str] | None) -> None:
     if kind == "query":
         query = QueryNode.model_validate({k: v for k, v in record.items() if k != "neighbours"})
         _NAMESPACE.validate_python(query.namespace)
-        neighbours = record.get("neighbours", [])
-        if not isinstance(neighbours, list):
-            raise ValueError("neighbours: a list of [query id, weight]")
-        for nb in neighbours:
+        for nb in _list(record, "neighbours"):
             pair = nb if isinstance(nb, list) else [nb, 1.0]
             if len(pair) != 2 or not isinstance(pair[0], str) or not isinstance(pair[1], (int, float)):
                 raise ValueError("neighbours: each is [query id, weight]")
@@ -218,14 +223,14 @@ def _check(kind: str, record: dict[str, Any], namespaces: Collection[str] | None
             raise ValueError(f"version: {node.version} is not between 1 and 2^53")
         if len(node.text) > MAX_INSIGHT_CHARS:
             raise ValueError(f"text: {len(node.text)} characters, more than {MAX_INSIGHT_CHARS}")
-        for j, h in enumerate(record.get("history", [])):
+        for j, h in enumerate(_list(record, "history")):
             try:
                 _HistoryRecord.model_validate(h)
             except ValidationError as exc:
                 err = exc.errors()[0]
                 where = ".".join(str(p) for p in err["loc"])
                 raise ValueError(f"history[{j}].{where}: {err['msg']}") from None
-        for e in record.get("edges", []):
+        for e in _list(record, "edges"):
             if not (
                 isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) and "|" not in x for x in e)
             ):
