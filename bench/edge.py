@@ -190,6 +190,8 @@ def run(flood_connections: int, flood_seconds: float, half_open_count: int) -> d
             for proc in (serve, mcp):
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=30)
+                if proc.stdout is not None:
+                    proc.stdout.close()
             redis_server.stop()
 
 

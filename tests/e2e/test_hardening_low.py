@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -148,7 +149,10 @@ def test_a_worker_stops_the_embedded_redis_it_started(tmp_path: Path) -> None:
         )
     pidfile = tmp_path / "data" / "redis" / "redis.pid"
     try:
-        wait_for(lambda: b"ready" in log.read_bytes(), 120, "the worker to be ready")
+        # Celery's own "<name>@<host> ready." line: its signal handlers are in place by then
+        wait_for(
+            lambda: re.search(rb"@\S+ ready\.", log.read_bytes()) is not None, 120, "the worker to be ready"
+        )
         redis_pid = int(pidfile.read_text())
         wait_for(lambda: Path(f"/proc/{redis_pid}").exists(), 10, "redis-server to run")
     finally:
