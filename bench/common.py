@@ -115,7 +115,7 @@ def machine_info() -> dict[str, Any]:
         "redis_py": _version("redis"),
         "hiredis": _version("hiredis"),
         "numpy": _version("numpy"),
-        "evomem": _version("evomem"),
+        "evomem": _version("evograph-mem"),
         "loadavg_at_start": list(load) if load else None,
     }
 

@@ -22,10 +22,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
+import evomem
 from bench.common import merge_results
 from bench.quality import summary
 from bench.quality.arms import ARMS, DEFAULT_ARMS, append_only_arm, default_arm, default_scoring
@@ -245,7 +245,7 @@ def machine(loadavg_start: tuple[float, ...]) -> dict[str, Any]:
         "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "evomem": metadata.version("evomem"),
+        "evomem": evomem.__version__,
         "loadavg_at_start": list(loadavg_start),
         "loadavg_at_end": list(os.getloadavg()),
     }
