@@ -227,6 +227,8 @@ def open_index(settings: Settings) -> VectorIndex:
             promote_at=settings.index_promote_at,
             open_shards=settings.index_open_shards,
             df_table=settings.index_df_table,
+            query_cache=settings.read_model_queries,
+            insight_cache=settings.read_model_insights,
         )
     from evomem.adapters.qdrant.client import ClientIndex
 

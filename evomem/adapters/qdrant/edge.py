@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Iterator, Sequence
@@ -64,6 +65,7 @@ from evomem.adapters.qdrant.common import (
     sparse_dot,
     top_k_deterministic,
 )
+from evomem.core.lru import Lru
 from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
 from evomem.core.retrieval import ServingInsight
 from evomem.errors import ConfigError, EvomemError, StoreError, StoreLockedError
@@ -158,6 +160,52 @@ class _Counts:
             df[d] = df.get(d, 0) + 1
 
 
+#: What the read model keeps of a query point: (id, namespace, version, supports, harms).
+_QueryEntry = tuple[str, str, int, tuple[str, ...], tuple[str, ...]]
+#: ... and of an insight point: (id, namespace, version, state, inherits).
+_InsightEntry = tuple[str, str, int, str, tuple[str, ...]]
+_QUERY_FIELDS = ["id", "namespace", "version", "supports", "harms"]
+_INSIGHT_FIELDS = ["id", "namespace", "version", "state", "inherits"]
+
+
+def _held_newer(held: tuple[Any, ...], offered: tuple[Any, ...]) -> bool:
+    return bool(held[2] > offered[2])
+
+
+def _ids(ids: Any) -> tuple[str, ...]:
+    """Node ids as the read model keeps them: one string object per id, however many points name
+    it (an insight's id recurs in the evidence of every query that supports it)."""
+    return tuple(sys.intern(str(i)) for i in ids or ())
+
+
+def _query_entry(q: QueryPoint) -> _QueryEntry:
+    return (sys.intern(q.id), sys.intern(q.namespace), q.version, _ids(q.supports), _ids(q.harms))
+
+
+def _query_entry_of(payload: dict[str, Any]) -> _QueryEntry:
+    return (
+        sys.intern(payload["id"]),
+        sys.intern(payload["namespace"]),
+        int(payload.get("version", 0)),
+        _ids(payload.get("supports")),
+        _ids(payload.get("harms")),
+    )
+
+
+def _insight_entry(n: InsightPoint) -> _InsightEntry:
+    return (sys.intern(n.id), sys.intern(n.namespace), n.version, sys.intern(n.state), _ids(n.inherits))
+
+
+def _insight_entry_of(payload: dict[str, Any]) -> _InsightEntry:
+    return (
+        sys.intern(payload["id"]),
+        sys.intern(payload["namespace"]),
+        int(payload.get("version", 0)),
+        sys.intern(str(payload["state"])),
+        _ids(payload.get("inherits")),
+    )
+
+
 def edge_layout(directory: Path) -> str | None:
     """The layout an embedded store was written in (None: no store there, or no marker)."""
     marker = directory / _LAYOUT_FILE
@@ -185,6 +233,8 @@ class EdgeIndex:
         promote_at: int = 1000,
         open_shards: int = 64,
         df_table: int = 1_048_576,
+        query_cache: int = 262_144,
+        insight_cache: int = 1_048_576,
     ) -> None:
         if shared_shards < 1 or promote_at < 1 or open_shards < 1 or df_table < 0:
             raise ValueError("shared_shards, promote_at and open_shards are at least 1, df_table at least 0")
@@ -227,6 +277,11 @@ class EdgeIndex:
         # a merge): only there does serving look for heirs. This process is the store's one writer,
         # so the set it keeps from its own writes stays a superset of the truth.
         self._with_heirs: set[str] = self._namespaces_with_heirs()
+        # the read model retrieval reads instead of the shards, by point id: each query's evidence
+        # and each insight's state, kept at every write of this process (the shards' one writer)
+        # and on every read of a point it lacked, the least recently used dropped first
+        self.query_cache: Lru[int, _QueryEntry] = Lru(query_cache)
+        self.insight_cache: Lru[int, _InsightEntry] = Lru(insight_cache)
 
     def _check_layout(self) -> None:
         marker = self.dir / _LAYOUT_FILE
@@ -546,7 +601,8 @@ class EdgeIndex:
         grown: list[tuple[str, Any]] = []
         for namespace, by_point in by_namespace.items():
             shard, shared = self._route(namespace, write=True)
-            new = self._write(shard, by_point, query_payload)
+            new, written = self._write(shard, by_point, query_payload)
+            self.query_cache.offer(((pid, _query_entry(by_point[pid][0])) for pid in written), _held_newer)
             if shared and new:
                 grown.append((namespace, shard))
                 if self.idf:  # the namespace's counts, if kept, grow with its new points
@@ -639,17 +695,20 @@ class EdgeIndex:
         pairs = latest(points)
         ids = {int_point_id(p.id): (p, v) for p, v in pairs}
         self._with_heirs.update(p.namespace for p, _ in pairs if p.inherits and p.state == "active")
-        self._write(self.insights, ids, insight_payload)
+        _, written = self._write(self.insights, ids, insight_payload)
+        self.insight_cache.offer(((pid, _insight_entry(ids[pid][0])) for pid in written), _held_newer)
 
-    def _write(self, shard: Any, by_point: dict[int, tuple[Any, Vector | None]], payload: Any) -> list[Any]:
+    def _write(
+        self, shard: Any, by_point: dict[int, tuple[Any, Vector | None]], payload: Any
+    ) -> tuple[list[Any], list[int]]:
         """Upsert the points the shard does not hold, set the payload of those it holds at an older
         version, and leave alone those it holds at this version or a newer one. Returns the new
-        points."""
+        points, and the ids of every point written (new or set)."""
         if not by_point:
-            return []
+            return [], []
         fields = ["id", "namespace", "version"]
         held = {r.id: r.payload for r in shard.retrieve(list(by_point), fields, False)}
-        new = []
+        new, written = [], []
         for pid, (p, vec) in by_point.items():
             if (found := held.get(pid)) is not None:
                 if (found["namespace"], found["id"]) != (p.namespace, p.id):
@@ -660,13 +719,15 @@ class EdgeIndex:
                     )
                 if int(found["version"]) < p.version:
                     shard.update(qe.UpdateOperation.set_payload([pid], payload(p)))
+                    written.append(pid)
             elif vec is None:
                 raise ValueError(f"{p.id!r} is not in the index yet and came without a vector")
             else:
                 new.append(qe.Point(pid, self._vector(namespaced(vec, p.namespace)), payload(p)))
+                written.append(pid)
         if new:
             shard.update(qe.UpdateOperation.upsert_points(new))
-        return new
+        return new, written
 
     # -- reads ---------------------------------------------------------------------------------
     def _nearest(
@@ -758,10 +819,11 @@ class EdgeIndex:
 
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
         # ids and scores of a few more than k (past queries of templated tasks often score exactly
-        # alike: the cut must see every tie), then the evidence of the k kept, by id: the evidence
-        # arrays are read for k queries only, and one search suffices unless the tie runs longer.
-        # A promoted namespace's own shard: no filter; a shared one: the namespace's points, the
-        # query weighed by the namespace's IDF
+        # alike: the cut must see every tie), with their stored vectors under IDF (the weight of a
+        # hit is its cosine, not the IDF-weighted product the engine ranks by); the evidence of the
+        # k kept from the read model (``_evidence``). One engine call; the search is repeated wider
+        # only when the tie runs longer. A promoted namespace's own shard: no filter; a shared one:
+        # the namespace's points, the query weighed by the namespace's IDF
         queries, shared = self._route(namespace)
         if queries is None:
             return []
@@ -769,42 +831,43 @@ class EdgeIndex:
         only = [self._match("namespace", namespace)] if shared else []
         ranked_by = self._weights(namespace, queries, probe) if shared else probe
         hits = top_k_deterministic(
-            lambda limit: self._nearest(queries, ranked_by, only, limit, ["id"]),
+            lambda limit: self._nearest(queries, ranked_by, only, limit, ["id"], with_vector=self.idf),
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
         )
-        kept = [(h.payload["id"], float(h.score)) for h in hits if h.score > 0]
-        records = self._read_queries(namespace, [q for q, _ in kept], with_vector=self.idf)
+        kept = [h for h in hits if h.score > 0]
+        evidence = self._evidence(namespace, [h.payload["id"] for h in kept])
         out = []
-        for q, score in kept:
-            if (found := records.get(q)) is None:
+        for h in kept:
+            if (found := evidence.get(h.payload["id"])) is None:
                 continue
-            payload, stored = found
-            if stored is not None:  # ranked by the IDF-weighted product; weighed by the cosine
+            score = float(h.score)
+            if self.idf:  # ranked by the IDF-weighted product; weighed by the cosine
                 assert isinstance(probe, dict)
+                stored = h.vector[VECTOR_NAME]
                 score = sparse_dot(probe, stored.indices, stored.values)
-            out.append(hit_from_payload(payload, score))
+            out.append(QueryHit(found[0], score, found[3], found[4]))
         return out
 
     def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
-        found = self._read_queries(namespace, ids)
-        return {q: hit_from_payload(payload) for q, (payload, _) in found.items()}
+        return {q: QueryHit(q, 0.0, e[3], e[4]) for q, e in self._evidence(namespace, ids).items()}
 
-    def _read_queries(
-        self, namespace: str, ids: Collection[str], with_vector: bool = False
-    ) -> dict[str, tuple[dict[str, Any], Any]]:
-        """{query id: (its payload, its stored vector or None)} for the ids of the namespace."""
-        queries = self._queries(namespace)
-        if not ids or queries is None:
+    def _evidence(self, namespace: str, ids: Collection[str]) -> dict[str, _QueryEntry]:
+        """{query id: what the read model holds of it} for the ids of the namespace: from
+        ``query_cache``, the points it lacks read from their shard in one call (and kept)."""
+        if not ids:
             return {}
-        pids = [int_query_point_id(namespace, q) for q in ids]
-        records = queries.retrieve(pids, ["id", "namespace", "supports", "harms"], with_vector)
-        out = {}
-        for r in records:
-            payload = r.payload
-            if payload["namespace"] == namespace:
-                out[payload["id"]] = (payload, r.vector[VECTOR_NAME] if with_vector else None)
+        by_point = {int_query_point_id(namespace, q): q for q in ids}
+        held = self.query_cache.get_many(by_point)
+        out = {e[0]: e for pid, e in held.items() if e[1] == namespace and e[0] == by_point[pid]}
+        missing = [pid for pid in by_point if pid not in held]
+        if missing and (queries := self._queries(namespace)) is not None:
+            entries = [
+                (r.id, _query_entry_of(r.payload)) for r in queries.retrieve(missing, _QUERY_FIELDS, False)
+            ]
+            self.query_cache.offer(entries, _held_newer)
+            out.update((e[0], e) for pid, e in entries if e[1] == namespace and e[0] == by_point.get(pid))
         return out
 
     def serving_ids(
@@ -813,21 +876,27 @@ class EdgeIndex:
         if not ids:
             return set(), {}
         by_point = {int_point_id(i): i for i in ids}
-        active = [self._match("namespace", namespace), self._match("state", "active")]
-        # the point ids alone: the filter is answered from the payload indexes, and no payload is
-        # read (at a million insights, reading the text of every candidate was most of a retrieval).
-        # Two reads, not one with ``should`` (id ∨ inherits): the engine evaluates that disjunction
-        # point by point, and for a few dozen ids it took about twice the time of the two
-        named, _ = self.insights.scroll(
-            qe.ScrollRequest(
-                limit=len(by_point) + 1,
-                filter=qe.Filter(must=[*active, qe.HasIdCondition(set(by_point))]),
-                with_payload=False,
-            )
-        )
-        found = {by_point[r.id] for r in named if r.id in by_point}
+        # from the read model (each insight's state, by point id); the points it lacks read by id
+        # (no text: at a million insights, reading the text of every candidate was most of a
+        # retrieval) and kept
+        held = self.insight_cache.get_many(by_point)
+        missing = [pid for pid in by_point if pid not in held]
+        if missing:
+            entries = [
+                (r.id, _insight_entry_of(r.payload))
+                for r in self.insights.retrieve(missing, _INSIGHT_FIELDS, False)
+            ]
+            self.insight_cache.offer(entries, _held_newer)
+            held.update(entries)
+        found = {
+            e[0]
+            for pid, e in held.items()
+            if e[3] == "active" and e[1] == namespace and e[0] == by_point.get(pid)
+        }
         if namespace not in self._with_heirs:
             return found, {}
+        active = [self._match("namespace", namespace), self._match("state", "active")]
+        # the heirs, from the shard: the read model is by point, and knows no insight by what it inherits
         heirs, _ = self.insights.scroll(
             qe.ScrollRequest(
                 limit=len(by_point) + 1,
