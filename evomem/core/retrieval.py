@@ -310,6 +310,12 @@ def _with_text(
     if finer is None:
         squared = text.squared
         assert squared is not None
+        if isinstance(squared, SquaredIdf):  # weighed now, the words of the few refined
+            for f in task:
+                squared[f]
+            for i in ids:
+                for f in words.get(i, ()):
+                    squared[f]
         task_norm2 = sum(squared.get(f, 0.0) for f in task)
         finer = {i: idf_relevance(task, words.get(i, ()), squared, task_norm2) for i in ids}
     return _refined(ranked, raw, finer, power)
@@ -325,7 +331,16 @@ class _SizeBound(Mapping[str, float]):
         self._by_size: dict[int, float] = {0: 0.0}
 
     def __getitem__(self, key: str) -> float:
-        m = len(self._words[key])
+        b = self.get(key)
+        if b is None:
+            raise KeyError(key)
+        return float(b)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        words = self._words.get(key)
+        if words is None:
+            return default
+        m = len(words)
         b = self._by_size.get(m)
         if b is None:
             b = self._by_size[m] = min(self._held, m) / math.sqrt(self._size * m)
@@ -338,31 +353,21 @@ class _SizeBound(Mapping[str, float]):
         return len(self._words)
 
 
-class SquaredIdf(Mapping[int, float]):
+class SquaredIdf(dict[int, float]):
     """The squared IDF weight of each word (``idf``) from how many of ``total`` texts hold it
-    (``counts``; a word it lacks is held by none), computed when first asked and kept in ``memo``,
-    which a caller may keep across rankings while the counts stand."""
+    (``counts``; a word it lacks is held by none), computed when first looked up (``squared[f]``)
+    and kept: a caller may keep one across rankings while the counts stand. ``get`` answers for
+    the words looked up so far."""
 
-    __slots__ = ("counts", "memo", "total")
+    __slots__ = ("counts", "total")
 
-    def __init__(self, total: int, counts: Mapping[int, int], memo: dict[int, float] | None = None) -> None:
+    def __init__(self, total: int, counts: Mapping[int, int]) -> None:
+        super().__init__()
         self.total, self.counts = total, counts
-        self.memo: dict[int, float] = {} if memo is None else memo
 
-    def __getitem__(self, key: int) -> float:
-        w = self.memo.get(key)
-        if w is None:
-            w = self.memo[key] = idf(self.counts.get(key, 0), self.total) ** 2
+    def __missing__(self, key: int) -> float:
+        w = self[key] = idf(self.counts.get(key, 0), self.total) ** 2
         return w
-
-    def get(self, key: int, default: Any = None) -> Any:  # every word has a weight
-        return self[key]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.counts)
-
-    def __len__(self) -> int:
-        return len(self.counts)
 
 
 def word_ceiling(

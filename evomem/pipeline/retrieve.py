@@ -47,6 +47,7 @@ from evomem.core.retrieval import (
 )
 from evomem.errors import TransientError
 from evomem.logs import get_logger
+from evomem.pipeline.query_graph import QueryGraphCache
 from evomem.results import Retrieval
 from evomem.settings import Settings
 from evomem.timings import stage
@@ -130,7 +131,7 @@ class WordTable:
     read) before the next retrieval weighs any; every other count is as the store holds it, since a
     count only moves when an insight holding the word is created."""
 
-    __slots__ = ("_lock", "counts", "graph", "namespace", "pending", "weights")
+    __slots__ = ("_lock", "_squared", "counts", "graph", "namespace", "pending", "weights")
 
     def __init__(self, graph: RetrievalGraph, namespace: str) -> None:
         self.graph = graph
@@ -138,6 +139,7 @@ class WordTable:
         self.counts: dict[int, int] = {}
         self.pending: set[int] = set()  # words of insights announced since the counts were read
         self.weights: WordWeights | None = None
+        self._squared: SquaredIdf | None = None  # the weights of ``counts`` as they stand, kept
         self._lock = threading.Lock()
 
     def load(self, limit: int) -> bool:
@@ -169,7 +171,13 @@ class WordTable:
         weights = self.weights
         if weights is None:
             return None
-        return SquaredIdf(weights.total, self.counts, weights.squared)
+        if (
+            self._squared is None
+            or self._squared.total != weights.total
+            or self._squared.counts is not self.counts
+        ):
+            self._squared = SquaredIdf(weights.total, self.counts)
+        return self._squared
 
     def _refresh(self) -> bool:
         with self._lock:
@@ -190,6 +198,7 @@ class WordTable:
                 self.counts.pop(f, None)
         # a new object: a retrieval on another thread keeps the one it holds whole
         self.weights = WordWeights(self.graph, self.namespace, total)
+        self._squared = None
         return True
 
 
@@ -243,6 +252,10 @@ class Retriever:
         # process's projector): the kept weights are then used without reading the namespace's
         # count of insights each retrieval
         self.words_announced = False
+        # the query graph's adjacency, kept while this process's projector tells it of every query
+        # that changed (``queries_changed``; ``queries_announced``), else read from Redis each time
+        self.query_graph = QueryGraphCache(graph, settings.read_model_queries)
+        self.queries_announced = False
 
     def similar_queries(self, namespace: str, query: str, k: int | None = None) -> list[str]:
         vector = self.embedder.embed([query])[0]
@@ -278,9 +291,10 @@ class Retriever:
                     self.index.search_evidence(vector, namespace, s.evidence_search, k, found, about)
                 )
         with stage("expand"):
+            neighbours = self.query_graph.neighbours if self.queries_announced else self.graph.neighbours
             expansion = expand_neighbours(
                 [h.id for h in hits],
-                lambda ids: self.graph.neighbours(namespace, ids),
+                lambda ids: neighbours(namespace, ids),
                 s.hops if hops is None else hops,
                 similarity=[h.score for h in hits],
             )  # Eq. 3-4
@@ -478,8 +492,8 @@ class Retriever:
             elif table.weights is not None:  # else still being read
                 squared = table.squared()
                 if squared is not None and len(table.counts) <= self.settings.word_table:
-                    if len(squared.memo) > self.settings.word_table:
-                        squared.memo.clear()
+                    if len(squared) > self.settings.word_table:
+                        squared.clear()
                     return squared
                 with self._text_lock:  # the store's counts were reset, or grew past WORD_TABLE
                     if self._word_tables.get(namespace) is table:
@@ -557,6 +571,11 @@ class Retriever:
             if table is not None:
                 table.added(f for text in new for f in word_features(text))
 
+    def queries_changed(self, refs: Collection[tuple[str, str]]) -> None:
+        """Queries changed in the store, by (namespace, id), their new version in the index: their
+        edges moved, and those of their neighbours (``QueryGraphCache.changed``)."""
+        self.query_graph.changed(refs)
+
     def _count_words_later(self, namespace: str) -> None:
         """Count the words of a namespace whose counts are incomplete (its insights were written by
         an evomem that did not keep them), in a thread of its own, at most once per
@@ -579,8 +598,9 @@ class Retriever:
 
     # -- the word-set cache --------------------------------------------------------------------------
     def warm(self, stop: threading.Event | None = None) -> int:
-        """Fill the word-set cache from the index's active insights, up to ``EVOMEM_TEXT_CACHE``,
-        never evicting what retrievals put there; returns the entries added. At a million insights
+        """Fill the index's read model (``EVOMEM_READ_MODEL_*``, on the embedded index), then the
+        word-set cache from the index's active insights, up to ``EVOMEM_TEXT_CACHE``, never evicting
+        what retrievals put there; returns the word sets added. At a million insights
         on this project's store the ranking stage otherwise reads each candidate's text from disk
         on first use (bench/README, "The word-set cache"). Runs in the caller's thread;
         ``start_warming`` runs it in the background."""
@@ -588,6 +608,13 @@ class Retriever:
         added = 0
         started = time.perf_counter()
         try:
+            # the index's read model first (its queries' evidence, its insights' state), if it has one
+            if (warm_index := getattr(self.index, "warm_read_model", None)) is not None:
+                warm_index(stop)
+            if self.queries_announced:  # and the query graph's adjacency
+                self.query_graph.warm(
+                    ((ns, self.graph.query_ids(ns)) for ns in self.graph.namespaces()), stop
+                )
             for page in self.index.scan_insights(WARM_BATCH):
                 if (stop is not None and stop.is_set()) or len(cache) >= capacity:
                     break

@@ -246,10 +246,11 @@ def test_the_text_factor_from_word_sets_is_the_cosine_and_the_idf_cosine_of_thos
     task = frozenset(rng.sample(range(40), 8))
     words = {i: frozenset(rng.sample(range(40), rng.randint(0, 10))) for i in ids}
     counts = {f: rng.randint(0, 30) for f in range(40)}
-    squared = SquaredIdf(30, counts)
-    norm2 = sum(squared[f] for f in task)
+    squared = SquaredIdf(30, counts)  # each weight computed when first looked up
+    every = {f: squared[f] for f in range(40)}
+    norm2 = sum(every[f] for f in task)
     first = {i: text_relevance(task, words[i]) for i in ids}
-    finer = {i: idf_relevance(task, words[i], squared, norm2) for i in ids}
+    finer = {i: idf_relevance(task, words[i], every, norm2) for i in ids}
     held = sum(1 for f in task if counts[f] > 0)
     budget = rng.randint(1, 4)
 
@@ -261,6 +262,7 @@ def test_the_text_factor_from_word_sets_is_the_cosine_and_the_idf_cosine_of_thos
         return [r.id for r in top]
 
     expected = served(TextInputs(relevance=first, refined=finer))
-    assert served(TextInputs(task, words, squared)) == expected
-    assert served(TextInputs(task, words, squared, held)) == expected
+    assert served(TextInputs(task, words, SquaredIdf(30, counts))) == expected
+    assert served(TextInputs(task, words, SquaredIdf(30, counts), held)) == expected
+    assert served(TextInputs(task, words, every, held)) == expected
     assert served(TextInputs(task, words)) == served(TextInputs(relevance=first))

@@ -41,7 +41,7 @@ import shutil
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -206,6 +206,20 @@ def _insight_entry_of(payload: dict[str, Any]) -> _InsightEntry:
     )
 
 
+def _keyed_queries(entries: Iterable[_QueryEntry]) -> Iterator[tuple[tuple[str, str], _QueryEntry]]:
+    return (((e[1], e[0]), e) for e in entries)
+
+
+def _query_keyed(payload: dict[str, Any]) -> tuple[tuple[str, str], _QueryEntry]:
+    e = _query_entry_of(payload)
+    return (e[1], e[0]), e
+
+
+def _insight_keyed(payload: dict[str, Any]) -> tuple[str, _InsightEntry]:
+    e = _insight_entry_of(payload)
+    return e[0], e
+
+
 def edge_layout(directory: Path) -> str | None:
     """The layout an embedded store was written in (None: no store there, or no marker)."""
     marker = directory / _LAYOUT_FILE
@@ -277,11 +291,11 @@ class EdgeIndex:
         # a merge): only there does serving look for heirs. This process is the store's one writer,
         # so the set it keeps from its own writes stays a superset of the truth.
         self._with_heirs: set[str] = self._namespaces_with_heirs()
-        # the read model retrieval reads instead of the shards, by point id: each query's evidence
+        # the read model retrieval reads instead of the shards, by node id: each query's evidence
         # and each insight's state, kept at every write of this process (the shards' one writer)
         # and on every read of a point it lacked, the least recently used dropped first
-        self.query_cache: Lru[int, _QueryEntry] = Lru(query_cache)
-        self.insight_cache: Lru[int, _InsightEntry] = Lru(insight_cache)
+        self.query_cache: Lru[tuple[str, str], _QueryEntry] = Lru(query_cache)  # by (namespace, id)
+        self.insight_cache: Lru[str, _InsightEntry] = Lru(insight_cache)  # by id: one point an id
 
     def _check_layout(self) -> None:
         marker = self.dir / _LAYOUT_FILE
@@ -602,7 +616,9 @@ class EdgeIndex:
         for namespace, by_point in by_namespace.items():
             shard, shared = self._route(namespace, write=True)
             new, written = self._write(shard, by_point, query_payload)
-            self.query_cache.offer(((pid, _query_entry(by_point[pid][0])) for pid in written), _held_newer)
+            self.query_cache.offer(
+                _keyed_queries(_query_entry(by_point[pid][0]) for pid in written), _held_newer
+            )
             if shared and new:
                 grown.append((namespace, shard))
                 if self.idf:  # the namespace's counts, if kept, grow with its new points
@@ -696,7 +712,9 @@ class EdgeIndex:
         ids = {int_point_id(p.id): (p, v) for p, v in pairs}
         self._with_heirs.update(p.namespace for p, _ in pairs if p.inherits and p.state == "active")
         _, written = self._write(self.insights, ids, insight_payload)
-        self.insight_cache.offer(((pid, _insight_entry(ids[pid][0])) for pid in written), _held_newer)
+        self.insight_cache.offer(
+            ((e[0], e) for e in (_insight_entry(ids[pid][0]) for pid in written)), _held_newer
+        )
 
     def _write(
         self, shard: Any, by_point: dict[int, tuple[Any, Vector | None]], payload: Any
@@ -858,16 +876,17 @@ class EdgeIndex:
         ``query_cache``, the points it lacks read from their shard in one call (and kept)."""
         if not ids:
             return {}
-        by_point = {int_query_point_id(namespace, q): q for q in ids}
-        held = self.query_cache.get_many(by_point)
-        out = {e[0]: e for pid, e in held.items() if e[1] == namespace and e[0] == by_point[pid]}
-        missing = [pid for pid in by_point if pid not in held]
+        held = self.query_cache.get_many((namespace, q) for q in ids)
+        out = {key[1]: e for key, e in held.items()}
+        missing = [int_query_point_id(namespace, q) for q in ids if q not in out]
         if missing and (queries := self._queries(namespace)) is not None:
+            wanted = set(ids)
+            records = queries.retrieve(missing, _QUERY_FIELDS, False)
             entries = [
-                (r.id, _query_entry_of(r.payload)) for r in queries.retrieve(missing, _QUERY_FIELDS, False)
+                e for r in records if (e := _query_entry_of(r.payload))[1] == namespace and e[0] in wanted
             ]
-            self.query_cache.offer(entries, _held_newer)
-            out.update((e[0], e) for pid, e in entries if e[1] == namespace and e[0] == by_point.get(pid))
+            self.query_cache.offer(_keyed_queries(entries), _held_newer)
+            out.update((e[0], e) for e in entries)
         return out
 
     def serving_ids(
@@ -875,31 +894,25 @@ class EdgeIndex:
     ) -> tuple[set[str], dict[str, tuple[str, ...]]]:
         if not ids:
             return set(), {}
-        by_point = {int_point_id(i): i for i in ids}
-        # from the read model (each insight's state, by point id); the points it lacks read by id
+        # from the read model (each insight's state, by id); the insights it lacks read by point id
         # (no text: at a million insights, reading the text of every candidate was most of a
         # retrieval) and kept
-        held = self.insight_cache.get_many(by_point)
-        missing = [pid for pid in by_point if pid not in held]
+        held = self.insight_cache.get_many(ids)
+        missing = [int_point_id(i) for i in ids if i not in held]
         if missing:
-            entries = [
-                (r.id, _insight_entry_of(r.payload))
-                for r in self.insights.retrieve(missing, _INSIGHT_FIELDS, False)
-            ]
-            self.insight_cache.offer(entries, _held_newer)
-            held.update(entries)
-        found = {
-            e[0]
-            for pid, e in held.items()
-            if e[3] == "active" and e[1] == namespace and e[0] == by_point.get(pid)
-        }
+            wanted = ids if isinstance(ids, set | frozenset) else set(ids)
+            records = self.insights.retrieve(missing, _INSIGHT_FIELDS, False)
+            entries = [e for r in records if (e := _insight_entry_of(r.payload))[0] in wanted]
+            self.insight_cache.offer(((e[0], e) for e in entries), _held_newer)
+            held.update((e[0], e) for e in entries)
+        found = {i for i, e in held.items() if e[3] == "active" and e[1] == namespace}
         if namespace not in self._with_heirs:
             return found, {}
         active = [self._match("namespace", namespace), self._match("state", "active")]
         # the heirs, from the shard: the read model is by point, and knows no insight by what it inherits
         heirs, _ = self.insights.scroll(
             qe.ScrollRequest(
-                limit=len(by_point) + 1,
+                limit=len(ids) + 1,
                 filter=qe.Filter(must=[*active, qe.FieldCondition("inherits", match=qe.MatchAny(list(ids)))]),
                 with_payload=["id", "inherits"],
             )
@@ -922,6 +935,46 @@ class EdgeIndex:
         conditions = [self._match("namespace", namespace), self._match("state", "active")]
         hits = self._nearest(self.insights, namespaced(vector, namespace), conditions, k, ["id"])
         return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
+
+    def warm_read_model(self, stop: threading.Event | None = None, batch: int = 1_000) -> int:
+        """Fill the read model (``query_cache``, ``insight_cache``) from the shards, each up to its
+        capacity, never evicting what is held; returns the entries read. What a write put there
+        meanwhile is newer, and is kept. Run by the retriever's warm-up (``Retriever.warm``)."""
+        read = 0
+        with self._opening:
+            shards = [
+                self._shared_shard(number)
+                for number in range(self.shared_shards)
+                if number in self._shared or (self.dir / _SHARED / str(number) / "segments").exists()
+            ]
+            promoted = sorted(self._promoted)
+        read += self._warm(self.insights, self.insight_cache, _INSIGHT_FIELDS, _insight_keyed, stop, batch)
+        for shard in shards:
+            read += self._warm(shard, self.query_cache, _QUERY_FIELDS, _query_keyed, stop, batch)
+        for ns in promoted:
+            if (shard := self._queries(ns)) is not None:
+                read += self._warm(shard, self.query_cache, _QUERY_FIELDS, _query_keyed, stop, batch)
+        return read
+
+    @staticmethod
+    def _warm(
+        shard: Any,
+        cache: Lru[Any, Any],
+        fields: list[str],
+        entry: Callable[[dict[str, Any]], tuple[Any, Any]],
+        stop: threading.Event | None,
+        batch: int,
+    ) -> int:
+        offset: Any = None
+        read = 0
+        while len(cache) < cache.capacity and not (stop is not None and stop.is_set()):
+            records, offset = shard.scroll(qe.ScrollRequest(limit=batch, offset=offset, with_payload=fields))
+            room = cache.capacity - len(cache)
+            cache.offer((entry(r.payload) for r in records[:room]), _held_newer)
+            read += len(records)
+            if offset is None:
+                break
+        return read
 
     def scan_insights(self, batch: int) -> Iterator[list[tuple[str, str]]]:
         offset: Any = None
