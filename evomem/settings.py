@@ -454,7 +454,7 @@ class Settings(BaseSettings):
     read_model_queries: int = _caches(
         262_144,
         "past queries whose evidence a retrieval process on the embedded index keeps in memory "
-        "(about 250 B each), and queries whose query-graph neighbours it keeps (about 600 B each), "
+        "(about 400 B each), and queries whose query-graph neighbours it keeps (about 750 B each), "
         "the least recently used dropped first and read again from the store; 0: read every time",
         ge=0,
         le=1 << 30,
@@ -462,7 +462,7 @@ class Settings(BaseSettings):
     read_model_insights: int = _caches(
         1_048_576,
         "insights whose state a retrieval process on the embedded index keeps in memory (about "
-        "150 B each), the least recently used dropped first and read again from the index; 0: read "
+        "170 B each, and its id's 90 B), the least recently used dropped first and read again; 0: read "
         "every time",
         ge=0,
         le=1 << 30,
