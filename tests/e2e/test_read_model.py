@@ -30,7 +30,8 @@ with Memory.open_local(settings, index=False) as writer:
             query=args["queries"][i % len(args["queries"])],
             status="failed" if harmful else "resolved",
             proposed_insight=f"Lesson {i}: check the vehicle class before claim {i}.",
-            **({"retrieved_insight_ids": [harmful], "insight_feedback": {harmful: "harmful"}} if harmful else {}),
+            **({"retrieved_insight_ids": [harmful], "insight_feedback": {harmful: "harmful"}}
+               if harmful else {}),
         )
     writer.consolidate()
 """
@@ -50,9 +51,8 @@ def _write_elsewhere(settings: Settings, first: int, n: int, harmful: list[str] 
 
 
 def _answers(mem: Memory) -> list[list[tuple[str, float]]]:
-    return [
-        [(i.id, round(i.score, 9)) for i in mem.retriever.retrieve(q, NS, record=False).insights] for q in QUERIES
-    ]
+    served = [mem.retriever.retrieve(q, NS, record=False) for q in QUERIES]
+    return [[(i.id, round(i.score, 9)) for i in r.insights] for r in served]
 
 
 def test_changes_made_through_another_process_are_served_from_a_kept_read_model(
