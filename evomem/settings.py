@@ -434,6 +434,11 @@ class Settings(BaseSettings):
     quota_retrievals_per_minute: int = _tenancy(
         120_000, "retrievals (each keeps a retrieval record) one namespace may make a minute", ge=0
     )
+    quota_retrieval_bytes_per_minute: int = _tenancy(
+        64 << 20,
+        "bytes of retrieval records (kept retrieval_ttl_s each) one namespace may write a minute",
+        ge=0,
+    )
 
     # ---------------------------------------------------------------- caches of a retrieval process
     text_cache: int = _caches(
