@@ -19,7 +19,7 @@ from evomem.adapters.redis.events import EventStream
 from evomem.adapters.redis.graph import RedisGraphStore
 from evomem.adapters.redis.local_cluster import LocalCluster
 from evomem.core.editing import query_id_for
-from schemas import TaskEvent
+from schemas import ControlRequest, TaskEvent
 from tests.support.pipeline_helpers import (
     FAST,
     Workers,
@@ -291,7 +291,6 @@ def test_reverts_and_pins_under_sigkilled_workers_are_each_applied_once(
     SIGKILLed mid-batch: the final graph equals the serial model with each request applied once —
     no edit undone twice, none lost, one history record per undone edit."""
     from evomem.pipeline.consolidate import apply_control
-    from schemas import ControlRequest
 
     rng = random.Random(40)
     workers.start(2, concurrency=2)
@@ -319,13 +318,15 @@ def test_reverts_and_pins_under_sigkilled_workers_are_each_applied_once(
         for e in rng.sample([*archivers, *events], 300)
     ] + [ControlRequest(namespace=NS, action="pin", by="ops", insight_id=i) for i in hot[:4]]
     stream = EventStream(redis_client)
+    stream.publish_control(requests[0])
     held_at_kill = []
-    for n, request in enumerate(requests):
-        stream.publish_control(request)
-        stream.publish_control(request)  # a client's retry: the same request id
-        if n % 40 == 0:
-            held_at_kill.append(workers.kill_mid_batch(redis_client, rng))
-    total = len(done) + 2 * len(requests)
+    for chunk in range(0, len(requests), 40):
+        # each twice (a client's retry: the same request id), 40 at once: on a loaded machine requests
+        # published one by one were applied as they came, and no process was ever caught holding one
+        part = requests[chunk : chunk + 40]
+        xadd_controls(redis_client, [r for r in part for _copy in (1, 2)])
+        held_at_kill.append(workers.kill_mid_batch(redis_client, rng))
+    total = len(done) + 2 * len(requests) + 1
     try:
         wait_for(lambda: control_done(redis_client, total), 240, "every request applied", every=0.2)
     except AssertionError:
@@ -340,6 +341,14 @@ def test_reverts_and_pins_under_sigkilled_workers_are_each_applied_once(
     if not is_cluster_url(redis_url):
         assert len(reverts) == undone
     assert stream.info()["dead_letters"] == 0
+
+
+def xadd_controls(client: redis.Redis, requests: list[ControlRequest]) -> None:
+    """Requests as ``EventStream.publish_control`` writes them, in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    for r in requests:
+        pipe.xadd("em:events", {"control": r.model_dump_json()})
+    pipe.execute()
 
 
 def control_done(client: redis.Redis, total: int) -> bool:
