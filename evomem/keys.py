@@ -228,6 +228,16 @@ def reverted(namespace: str) -> str:
     return _key(namespace, "reverted")
 
 
+def reviews(namespace: str) -> str:
+    """Hash: review id -> an edit held for review (JSON, ``evomem.core.review.HeldEdit``)."""
+    return _key(namespace, "reviews")
+
+
+def review_decisions(namespace: str) -> str:
+    """Hash: review id -> the decision on it (JSON); set once (HSETNX): the first decision stands."""
+    return _key(namespace, "reviewed")
+
+
 def projector_cursor(index_identity: str) -> str:
     return f"{PREFIX}:projector:{index_identity}"
 

@@ -28,6 +28,7 @@ from evomem.pipeline.event_state import canonical_event_id, event_state
 from evomem.pipeline.lookback import audit_retrieval
 from evomem.pipeline.project import FollowerState, Projector
 from evomem.pipeline.retrieve import Retriever
+from evomem.pipeline.staleness import SweepClock, sweep_stale
 from evomem.results import (
     ConsolidationReport,
     EventState,
@@ -75,6 +76,7 @@ class LocalBackend:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self._sweeps = SweepClock(runtime.settings.stale_sweep_s)
 
     @classmethod
     def open(cls, settings: Settings | None = None, *, index: bool = True) -> Self:
@@ -193,7 +195,14 @@ class LocalBackend:
 
     def _consolidate(self, max_events: int | None) -> ConsolidationReport:
         rt = self.runtime
-        total = ConsolidationReport()
+        total = self._drain(max_events, ConsolidationReport())
+        # the staleness sweep's requests, applied at once like the events (evomem.pipeline.staleness)
+        if self._sweeps.due() and sweep_stale(rt.graph, rt.events, rt.consolidator.resolve):
+            total = self._drain(None, total)
+        return total
+
+    def _drain(self, max_events: int | None, total: ConsolidationReport) -> ConsolidationReport:
+        rt = self.runtime
         while max_events is None or total.events < max_events:
             count = BATCH if max_events is None else min(BATCH, max_events - total.events)
             entries = rt.events.claim_stale(rt.consumer, rt.settings.claim_idle_ms, count)
