@@ -21,7 +21,7 @@ from evomem.core.hashing import DenseVec, SparseVec
 from evomem.core.lifecycle import AppliedEvent, ControlPlan, ControlResult
 from evomem.core.retrieval import ServingInsight
 from evomem.core.review import HeldEdit, Review, ReviewDecision
-from evomem.core.staleness import ServedRecord
+from evomem.core.staleness import ServedCounts
 from evomem.results import EditRecord as EditRecord  # re-exported: the stores build them
 from schemas import ControllerDecision, ControlRequest, InsightNode, QueryNode, TaskEvent
 
@@ -361,7 +361,7 @@ class StalenessSource(Protocol):
 
     def namespaces(self) -> set[str]: ...
 
-    def served_records(self, namespace: str) -> list[ServedRecord]:
+    def served_records(self, namespace: str) -> list[ServedCounts]:
         """How each active insight of the namespace was served."""
         ...
 

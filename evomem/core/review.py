@@ -21,6 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from evomem.core.editing import ID_NAMESPACE, EditPlan, PlannedEdit
+from evomem.results import ReviewItem
 
 ReviewState = Literal["pending", "approved", "rejected"]
 Verdict = Literal["approved", "rejected"]
@@ -69,6 +70,28 @@ class Review(BaseModel):
     def applied_event_id(self) -> str | None:
         """The event an approval applied it as (what a revert names)."""
         return approval_event_id(self.held.review_id) if self.state == "approved" else None
+
+
+def review_item(review: Review) -> ReviewItem:
+    """A review as the SDK, the CLI, HTTP and MCP show it."""
+    h, d = review.held, review.decision
+    return ReviewItem(
+        review_id=h.review_id,
+        namespace=h.namespace,
+        state=review.state,
+        op=h.edit.op,
+        insight_id=h.edit.insight_id,
+        new_id=h.edit.new_id,
+        text=h.edit.text,
+        event_id=h.event_id,
+        decided_by_controller=h.edit.decided_by,
+        reason=h.reason,
+        held_at=h.held_at.isoformat(),
+        decided_by=d.by if d else None,
+        decided_at=d.at.isoformat() if d else None,
+        note=d.note if d else None,
+        applied_event_id=review.applied_event_id,
+    )
 
 
 def review_id_for(namespace: str, event_id: str, edit: PlannedEdit) -> str:
@@ -185,5 +208,6 @@ __all__ = [
     "approval_plan",
     "held_reason",
     "review_id_for",
+    "review_item",
     "split_plan",
 ]

@@ -21,7 +21,7 @@ STALENESS = "staleness"
 
 
 @dataclass(frozen=True, slots=True)
-class ServedRecord:
+class ServedCounts:
     """What the sweep reads of one insight: its state, pin, version and how it was served."""
 
     insight_id: str
@@ -33,7 +33,7 @@ class ServedRecord:
     last_served: datetime  # when it was last served, or created if never
 
 
-def stale_reason(record: ServedRecord, now: datetime, after_s: int, served: int) -> str | None:
+def stale_reason(record: ServedCounts, now: datetime, after_s: int, served: int) -> str | None:
     """Why ``record`` is stale at ``now`` (the words its history keeps), or None if it is not."""
     if record.state != "active" or record.pinned:
         return None
@@ -50,4 +50,4 @@ def retire_request_id(namespace: str, insight_id: str, version: int) -> uuid.UUI
     return uuid.uuid5(ID_NAMESPACE, f"stale:{namespace}:{insight_id}:{version}")
 
 
-__all__ = ["STALENESS", "ServedRecord", "retire_request_id", "stale_reason"]
+__all__ = ["STALENESS", "ServedCounts", "retire_request_id", "stale_reason"]

@@ -14,6 +14,7 @@ from typing import Any, Self
 
 from evomem.core.embedding import embedder_floor, embedder_name
 from evomem.core.ports import VectorIndex
+from evomem.core.review import review_item
 from evomem.errors import (
     ConfigError,
     EvomemError,
@@ -36,6 +37,7 @@ from evomem.results import (
     LineageStep,
     Retrieval,
     RetrievalAudit,
+    ReviewItem,
 )
 from evomem.runtime import Runtime, open_runtime
 from evomem.sdk.calls import build_control, build_event, check_namespace, check_retrieve_args
@@ -354,6 +356,40 @@ class LocalBackend:
         request_id: str | None = None,
     ) -> str:
         return self._control("unpin", namespace, by, reason, request_id, insight_id=insight_id)
+
+    # -- the review queue (evomem.core.review) --------------------------------------------------------
+    def reviews(self, namespace: str = "default", state: str | None = "pending") -> list[ReviewItem]:
+        """The edits held for review in a namespace, oldest first: the pending ones, or those in
+        ``state`` (``approved``, ``rejected``; None: all)."""
+        with _inputs():
+            found = self.runtime.graph.reviews(check_namespace(namespace))
+        items = [review_item(r) for r in found]
+        return [i for i in items if state is None or i.state == state]
+
+    def approve(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Apply a held edit, once (approved twice: applied once); returns the request id at once,
+        applied with the events (``consolidate``). A rejected edit stays rejected."""
+        return self._control("approve", namespace, by, reason, request_id, review_id=review_id)
+
+    def reject(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Drop a held edit: its insight stays as it is. An approved edit stays approved."""
+        return self._control("reject", namespace, by, reason, request_id, review_id=review_id)
 
     def _control(
         self,

@@ -37,7 +37,7 @@ from evomem.core.ports import (
 )
 from evomem.core.review import HeldEdit, Review, ReviewDecision
 from evomem.core.rollback import Snapshot
-from evomem.core.staleness import ServedRecord
+from evomem.core.staleness import ServedCounts
 from evomem.errors import InvalidEventError
 from schemas import InsightNode, QueryNode
 
@@ -502,6 +502,8 @@ class InMemoryGraphStore:
                         self._withdraw(node, step.query_id, action.kind == "-neg", step.judged, queries)
                     elif action.kind == "activate" and node.state != "active":
                         node.state, visible = "active", True
+                        if step.outcome == "stale":  # its serves counted afresh, as control.lua does
+                            node.served, node.served_at = 0, plan.at
                     elif action.kind == "archive" and node.state == "active":
                         node.state, visible = "archived", True
                     node.version += 1
@@ -608,10 +610,10 @@ class InMemoryGraphStore:
             stands = self._review_decisions.setdefault((namespace, review_id), decision)
             return Review(held=held, decision=stands)
 
-    def served_records(self, namespace: str) -> list[ServedRecord]:
+    def served_records(self, namespace: str) -> list[ServedCounts]:
         with self._lock:
             return [
-                ServedRecord(
+                ServedCounts(
                     n.id,
                     n.state,
                     n.pinned,

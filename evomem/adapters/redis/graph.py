@@ -36,7 +36,7 @@ from evomem.core.ports import (
     StoredDecision,
 )
 from evomem.core.review import HeldEdit, Review, ReviewDecision
-from evomem.core.staleness import ServedRecord
+from evomem.core.staleness import ServedCounts
 from evomem.errors import ConfigError, InvalidEventError, StoreError, TransientError
 from schemas import ControllerDecision, InsightNode, QueryNode
 
@@ -571,9 +571,9 @@ class RedisGraphStore:
             decision=ReviewDecision.model_validate_json(stands) if stands is not None else None,
         )
 
-    def served_records(self, namespace: str) -> list[ServedRecord]:
+    def served_records(self, namespace: str) -> list[ServedCounts]:
         fields = ("state", "pinned", "version", "served", "helped", "served_at", "created_at")
-        out: list[ServedRecord] = []
+        out: list[ServedCounts] = []
         ids: list[str] = []
         for member in self.r.sscan_iter(keys.namespace_insights(namespace), count=COUNT_BATCH):
             ids.append(_s(member))
@@ -583,7 +583,7 @@ class RedisGraphStore:
         out.extend(self._served(namespace, ids, fields))
         return out
 
-    def _served(self, namespace: str, ids: list[str], fields: tuple[str, ...]) -> list[ServedRecord]:
+    def _served(self, namespace: str, ids: list[str], fields: tuple[str, ...]) -> list[ServedCounts]:
         if not ids:
             return []
         pipe = self.r.pipeline(transaction=False)
@@ -597,7 +597,7 @@ class RedisGraphStore:
             if state != "active" or created_at is None:
                 continue
             out.append(
-                ServedRecord(
+                ServedCounts(
                     i,
                     state,
                     pinned == "1",

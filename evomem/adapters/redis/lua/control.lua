@@ -96,6 +96,9 @@ for _, step in ipairs(plan.steps) do
           withdraw(id, step.query_id, a.kind == '-neg', step.judged)
         elseif a.kind == 'activate' and state ~= 'active' then
           redis.call('HSET', ins(id), 'state', 'active')
+          -- back from a staleness archive: its serves are counted afresh (else the next sweep
+          -- would find it stale again at once)
+          if step.outcome == 'stale' then redis.call('HSET', ins(id), 'served', 0, 'served_at', at) end
           visible = true
         elseif a.kind == 'archive' and state == 'active' then
           redis.call('HSET', ins(id), 'state', 'archived')
