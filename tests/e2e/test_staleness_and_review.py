@@ -11,11 +11,15 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 import redis
+from mcp import Client as McpClient
 
 from evomem import Memory, NotFoundError, Settings
 from evomem.core.staleness import ServedCounts, stale_reason
+from evomem.mcp.mcp_server import LocalToolBackend, build
+from evomem.service.auth import OPEN
 from evomem.service.server import EvomemHTTPServer, build_server
 from schemas.models import utcnow
 from tests.e2e import test_tenancy
@@ -183,7 +187,7 @@ def test_a_rejected_edit_is_never_applied(memory: Memory) -> None:
 
 
 def test_low_impact_edits_and_namespaces_not_under_review_apply_at_once(memory: Memory) -> None:
-    a, b = seed(memory)
+    a, _ = seed(memory)
     under_review(memory, support=5)
     serve(memory, TASKS[0], insight_feedback={a: "harmful"})
     memory.consolidate()
@@ -257,6 +261,37 @@ def test_review_from_the_command_line(memory: Memory, cli: Any) -> None:
     assert code == 0 and uuid.UUID(out.strip())
     assert cli("consolidate")[0] == 0
     assert memory.reviews(NS, state="rejected")[0].note == "wrong judge"
+
+
+def test_review_through_the_mcp_tools(settings: Settings, redis_client: redis.Redis) -> None:
+    backend = LocalToolBackend(Memory.open_local(settings), NS, consolidate=False)
+    mem = Memory(backend.local.runtime)
+    a = well_supported(mem)
+    under_review(mem)
+    serve(mem, TASKS[0], insight_feedback={a: "harmful"})
+    mem.consolidate()
+
+    async def run() -> None:
+        async with McpClient(build(backend, OPEN)) as client:
+            listed = await client.call_tool("list_reviews", {})
+            assert not listed.is_error and listed.structured_content is not None
+            (held,) = listed.structured_content["reviews"]
+            assert held["insight_id"] == a and held["op"] == "ARCHIVE"
+            for _ in range(2):
+                done = await client.call_tool(
+                    "review_edit", {"review_id": held["review_id"], "approve": True}
+                )
+                assert not done.is_error
+            missing = await client.call_tool("review_edit", {"review_id": "no-such-review", "approve": False})
+            assert missing.is_error
+
+    try:
+        anyio.run(run)
+        mem.consolidate()
+        assert [h.op for h in mem.insight(a).history].count("ARCHIVE") == 1
+        assert (mem.reviews(NS, state="approved")[0].decided_by or "").startswith("mcp:")
+    finally:
+        backend.close()
 
 
 @pytest.fixture
