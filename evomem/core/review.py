@@ -23,6 +23,9 @@ from pydantic import BaseModel, ConfigDict
 from evomem.core.editing import ID_NAMESPACE, EditPlan, PlannedEdit
 from evomem.results import ReviewItem
 
+#: ``decided_by`` of an explicit verdict carried by the event (``evomem.core.decisions``).
+FEEDBACK = "feedback"
+
 ReviewState = Literal["pending", "approved", "rejected"]
 Verdict = Literal["approved", "rejected"]
 
@@ -113,7 +116,8 @@ def held_reason(
     review_confidence: float,
 ) -> str | None:
     """Why a namespace under review holds this edit, or None when it applies at once."""
-    if confidence is not None and confidence < review_confidence:
+    # the controller's confidence is about its own edits, not the verdicts the event carried
+    if confidence is not None and confidence < review_confidence and edit.decided_by != FEEDBACK:
         return f"the controller's confidence {confidence:g} is below {review_confidence:g}"
     if edit.op in ("REVISE", "ARCHIVE") and edit.insight_id is not None:
         n = support.get(edit.insight_id, 0)

@@ -18,7 +18,7 @@ from evomem.core.ports import EditStore, EventLog
 from evomem.errors import TransientError
 from evomem.logs import bound, get_logger
 from evomem.pipeline.consolidate import ConsolidationReport, Consolidator
-from evomem.pipeline.staleness import SweepClock, sweep_stale
+from evomem.pipeline.sweep import SweepClock, sweep_stale
 from evomem.settings import Settings
 
 log = get_logger("evomem.worker")

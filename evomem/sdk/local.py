@@ -29,7 +29,7 @@ from evomem.pipeline.event_state import canonical_event_id, event_state
 from evomem.pipeline.lookback import audit_retrieval
 from evomem.pipeline.project import FollowerState, Projector
 from evomem.pipeline.retrieve import Retriever
-from evomem.pipeline.staleness import SweepClock, sweep_stale
+from evomem.pipeline.sweep import SweepClock, sweep_stale
 from evomem.results import (
     ConsolidationReport,
     EventState,
@@ -198,7 +198,7 @@ class LocalBackend:
     def _consolidate(self, max_events: int | None) -> ConsolidationReport:
         rt = self.runtime
         total = self._drain(max_events, ConsolidationReport())
-        # the staleness sweep's requests, applied at once like the events (evomem.pipeline.staleness)
+        # the staleness sweep's requests, applied at once like the events (evomem.pipeline.sweep)
         if self._sweeps.due() and sweep_stale(rt.graph, rt.events, rt.consolidator.resolve):
             total = self._drain(None, total)
         return total
