@@ -38,7 +38,8 @@ def stale_reason(record: ServedCounts, now: datetime, after_s: int, served: int)
     if record.state != "active" or record.pinned:
         return None
     if served > 0 and record.helped == 0 and record.served >= served:
-        return f"served {record.served} times, never helping"
+        times = "once" if record.served == 1 else f"{record.served} times"
+        return f"served {times}, never helping"
     idle = (now - record.last_served).total_seconds()
     if after_s > 0 and idle >= after_s:
         return f"not served for {int(idle)} s (since {record.last_served.isoformat()})"
