@@ -5,6 +5,7 @@ projector)."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -52,6 +53,8 @@ class _View:
 
 
 STALENESS_CACHE_S = 0.1
+#: What a review id may hold (``schemas.models.ReviewId``).
+REVIEW_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 #: How often a probe pings a Redis that stopped answering, to learn it is back.
 PROBE_EVERY_S = 0.2
 
@@ -295,6 +298,8 @@ class RetrievalService:
     ) -> ControlAccepted:
         bind(namespace=body.namespace)
         principal.check(body.namespace)  # another tenant's namespace: 403; its review ids: 404
+        if not REVIEW_ID.fullmatch(review_id):  # no edit is held under an id that cannot be one
+            raise NotFoundError(f"no edit held for review {review_id!r} in namespace {body.namespace!r}")
         fields = body.model_dump(exclude={"namespace"})
         return self._control(
             build_control(action, body.namespace, principal.name, review_id=review_id, **fields)
