@@ -40,6 +40,7 @@ class ArmSpec:
     withhold_harmful: bool = False  # the ground truth hides what would harm from the agent (a bound)
     # a review gate (EVOMEM_REVIEW): the held edits decided by the world's truth, wrong this often
     reviewer_error: float | None = None
+    optional: bool = False  # run only when --arms names it
 
     def overrides(self) -> dict[str, str]:
         return dict(self.settings)
@@ -73,6 +74,8 @@ def _ablations() -> list[ArmSpec]:
 STALE_SERVED = (10, 30)
 #: The review gates: (supporting queries from which a REVISE or ARCHIVE is held, the reviewer's error).
 REVIEW_GATES = ((3, 0.0), (3, 0.1), (3, 0.3))
+#: Gates of other thresholds, run when --arms names them (docs/lab/2026-12-07-staleness-and-review.md).
+OPTIONAL_GATES = ((5, 0.0), (5, 0.1), (10, 0.0), (10, 0.1))
 
 
 def _default_config() -> tuple[tuple[str, str], ...]:
@@ -100,8 +103,9 @@ def _review_gates() -> list[ArmSpec]:
             judged=True,
             settings=(*_default_config(), ("review", "true"), ("review_support", str(k))),
             reviewer_error=err,
+            optional=(k, err) in OPTIONAL_GATES,
         )
-        for k, err in REVIEW_GATES
+        for k, err in (*REVIEW_GATES, *OPTIONAL_GATES)
     ]
 
 
@@ -127,8 +131,8 @@ ARMS: dict[str, ArmSpec] = {
         ),
     )
 }
-#: The arms of a default run: every arm but the reference (``--arms`` takes it too).
-DEFAULT_ARMS = tuple(name for name, arm in ARMS.items() if not arm.withhold_harmful)
+#: The arms of a default run: every arm but the reference and the optional gates (``--arms`` takes them).
+DEFAULT_ARMS = tuple(name for name, arm in ARMS.items() if not (arm.withhold_harmful or arm.optional))
 
 
 def default_arm() -> str:

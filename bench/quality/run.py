@@ -290,7 +290,11 @@ def _final_state(world: World, mem: Memory, tally: _Tally, arm: ArmSpec) -> dict
         good += 1
         if not node.active:
             good_archived += 1
-            retired = [h for h in history if h.insight_id == node.id and h.outcome in ("archived", "revised")]
+            retired = [
+                h
+                for h in history
+                if h.insight_id == node.id and h.outcome in ("archived", "revised", "stale")
+            ]
             archived_by[_who(retired[-1].decided_by) if retired else "unknown"] += 1
     out: dict[str, Any] = {
         "active": sum(n.active for n in nodes),
