@@ -238,6 +238,9 @@ def review_decisions(namespace: str) -> str:
     return _key(namespace, "reviewed")
 
 
+STALE_SWEEP = f"{PREFIX}:sweep:stale"  # set for STALE_SWEEP_S by the process that sweeps (NX)
+
+
 def projector_cursor(index_identity: str) -> str:
     return f"{PREFIX}:projector:{index_identity}"
 

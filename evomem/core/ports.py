@@ -365,6 +365,10 @@ class StalenessSource(Protocol):
         """How each active insight of the namespace was served."""
         ...
 
+    def claim_sweep(self, every_s: float) -> bool:
+        """Whether this caller sweeps now: once per ``every_s`` across every process of the store."""
+        ...
+
 
 class ConsolidationStore(EditStore, ControlStore, ReviewStore, StalenessSource, Protocol):
     """What the consolidation workers read and write: the task events' edits and the operators' requests."""

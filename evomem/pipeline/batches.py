@@ -43,7 +43,7 @@ class ConsolidationWorker:
         self.consumer = consumer
         self._observe = observe
         self._on_close = on_close
-        self._sweeps = SweepClock(settings.stale_sweep_s)
+        self._sweeps = SweepClock(settings.stale_sweep_s, consolidator.graph)
 
     @property
     def graph(self) -> EditStore:

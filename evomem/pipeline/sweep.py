@@ -59,11 +59,12 @@ def sweep_stale(
 
 
 class SweepClock:
-    """When the next sweep is due in this process: every ``stale_sweep_s`` (0: every time asked),
-    and only when some namespace may ask for it (the global settings, or a namespace's own)."""
+    """When the next sweep is due: every ``stale_sweep_s`` (0: every time asked), once across the
+    processes of a store (``claim_sweep``); each process asks the store at most that often."""
 
-    def __init__(self, every_s: float) -> None:
+    def __init__(self, every_s: float, graph: StalenessSource | None = None) -> None:
         self.every_s = every_s
+        self.graph = graph
         self._last: float | None = None
 
     def due(self) -> bool:
@@ -71,7 +72,7 @@ class SweepClock:
         if self._last is not None and now - self._last < self.every_s:
             return False
         self._last = now
-        return True
+        return self.graph is None or self.graph.claim_sweep(self.every_s)
 
 
 __all__ = ["SweepClock", "sweep_stale"]

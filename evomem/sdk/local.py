@@ -78,7 +78,7 @@ class LocalBackend:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self._sweeps = SweepClock(runtime.settings.stale_sweep_s)
+        self._sweeps = SweepClock(runtime.settings.stale_sweep_s, runtime.graph)
 
     @classmethod
     def open(cls, settings: Settings | None = None, *, index: bool = True) -> Self:

@@ -111,3 +111,9 @@ def test_a_held_edit_is_decided_once(store: GraphStore) -> None:
     assert again is not None and again.decision == no  # the first decision stands
     assert store.decide_review(NS, "r2", yes) is None
     assert store.reviews("elsewhere") == []
+
+
+def test_one_sweep_per_interval_across_the_processes_of_a_store(store: GraphStore) -> None:
+    assert store.claim_sweep(3600)
+    assert not store.claim_sweep(3600)  # another process (or this one) within the interval
+    assert store.claim_sweep(0)  # 0: every time

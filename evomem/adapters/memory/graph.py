@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -128,6 +129,7 @@ class InMemoryGraphStore:
         self._controls: dict[EventKey, ControlResult] = {}  # (namespace, request id) -> its result
         self._reverted: set[EventKey] = set()  # (namespace, edit key) of every edit reverted
         self._held: dict[EventKey, HeldEdit] = {}  # (namespace, review id) -> the edit held
+        self._swept: float | None = None  # when the last staleness sweep was claimed
         self._review_decisions: dict[EventKey, ReviewDecision] = {}
 
     # -- writes ------------------------------------------------------------------------------
@@ -625,6 +627,14 @@ class InMemoryGraphStore:
                 for n in self._insights.values()
                 if n.namespace == namespace and n.state == "active"
             ]
+
+    def claim_sweep(self, every_s: float) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if every_s > 0 and self._swept is not None and now - self._swept < every_s:
+                return False
+            self._swept = now
+            return True
 
     def _withdraw(
         self, node: _Insight, query_id: str, negative: bool, judged: bool, queries: set[str]

@@ -583,6 +583,11 @@ class RedisGraphStore:
         out.extend(self._served(namespace, ids, fields))
         return out
 
+    def claim_sweep(self, every_s: float) -> bool:
+        if every_s <= 0:
+            return True
+        return bool(self.r.set(keys.STALE_SWEEP, "1", nx=True, px=max(1, int(every_s * 1000))))
+
     def _served(self, namespace: str, ids: list[str], fields: tuple[str, ...]) -> list[ServedCounts]:
         if not ids:
             return []
