@@ -275,7 +275,7 @@ class Settings(BaseSettings):
         "every edit of a decision whose controller reports a confidence below review_confidence",
     )
     review_support: int = _editing(
-        5, "supporting queries (|Ω⁺|) from which a REVISE or ARCHIVE of an insight is held", ge=1
+        3, "supporting queries (|Ω⁺|) from which a REVISE or ARCHIVE of an insight is held", ge=1
     )
     review_confidence: float = _editing(
         0.5,
