@@ -491,6 +491,22 @@ class Settings(BaseSettings):
         ge=0,
         le=1 << 30,
     )
+    read_model_queries: int = _caches(
+        262_144,
+        "past queries whose evidence a retrieval process on the embedded index keeps in memory "
+        "(about 400 B each), and queries whose query-graph neighbours it keeps (about 750 B each), "
+        "the least recently used dropped first and read again from the store; 0: read every time",
+        ge=0,
+        le=1 << 30,
+    )
+    read_model_insights: int = _caches(
+        1_048_576,
+        "insights whose state a retrieval process on the embedded index keeps in memory (about "
+        "170 B each, and its id's 90 B), the least recently used dropped first and read again; 0: read "
+        "every time",
+        ge=0,
+        le=1 << 30,
+    )
     text_cache_warm: bool = _caches(
         True,
         "a following retrieval process (the service, MCP, Memory.follow) fills its word-set "
