@@ -2,10 +2,11 @@
 
 No LLM and no write on this path except the small retrieval record a later report refers to. Its
 reads are proportional to |Q̃ˢ|: the similar queries come back from the index with the evidence they
-carry, the neighbours' evidence in one more read, then which of the insights those name are active
-(one read of the payload indexes, no payload), however much evidence each insight has gathered.
-Ranking sums Eq. 8-9 from the query side (``rank_from_queries``), and only the insights that can
-still be served have their text read (for their relevance to the task, and to serve them).
+carry, the neighbours (``QueryGraphCache``) and their evidence, then which of the insights those
+name are active, however much evidence each insight has gathered; on the embedded index all but
+the searches are served from the process's read model once warm. The retriever gathers every
+number the ranking needs (the candidates' word sets, the word weights) into one ``RankingInputs``;
+``rank_from_queries`` sums Eq. 8-9 from the query side and calls nothing back.
 """
 
 from __future__ import annotations
