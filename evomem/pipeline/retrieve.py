@@ -235,7 +235,7 @@ class Retriever:
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
         # reads whole word tables (``_load_word_table``), one at a time, off the retrieval path
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-words")
-        self._pending: set[Future[None]] = set()
+        self._pending: set[Future[Exception | None]] = set()
         # insight word sets by id (a text never changes), the oldest dropped first: an array of 32-bit
         # features each, about 400 B with its id and entry (EVOMEM_TEXT_CACHE bounds them)
         self._text_features: OrderedDict[str, array[int]] = OrderedDict()
@@ -271,7 +271,11 @@ class Retriever:
         budget: int | None = None,
         hops: int | None = None,
         record: bool = True,
+        wait_record: bool = False,
     ) -> Retrieval:
+        """Eq. 2-10 for ``query``. With ``wait_record``, the retrieval record is written before the
+        retrieval returns, and ``TransientError`` says Redis did not take it (a retrieval served
+        from the read model reads nothing from Redis: only the record shows that it is down)."""
         s = self.resolve(namespace)
         with stage("embed"):
             vector = self.embedder.embed([query])[0]
@@ -363,6 +367,8 @@ class Retriever:
             future = self._recorder.submit(self._save, rec)
             self._pending.add(future)
             future.add_done_callback(self._pending.discard)
+            if wait_record and isinstance(failed := future.result(), TransientError):
+                raise TransientError(f"the retrieval record was not written: {failed}") from failed
         return retrieval
 
     def _calibrated(self, hits: list[QueryHit]) -> list[QueryHit]:
@@ -665,11 +671,14 @@ class Retriever:
             None if warming else self._warm_s,
         )
 
-    def _save(self, record: RetrievalRecord) -> None:
+    def _save(self, record: RetrievalRecord) -> Exception | None:
+        """Write the record; the error, if it was not written (logged, not raised)."""
         try:
             self.graph.save_retrieval(record, self.settings.retrieval_ttl_s)
         except Exception as exc:  # the report still carries the served ids; only the record is lost
             log.warning("retrieval.record_failed", retrieval_id=record.id, error=str(exc))
+            return exc
+        return None
 
     def flush(self) -> None:
         """Wait until every retrieval record asked for so far is written."""

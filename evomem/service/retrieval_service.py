@@ -165,7 +165,10 @@ class RetrievalService:
                     body.query, body.namespace, body.as_of, top_k=body.top_k, budget=body.budget
                 )
             else:
-                r = retriever.retrieve(body.query, body.namespace, top_k=body.top_k, budget=body.budget)
+                # the record written before the answer, so that an unreachable Redis is said
+                r = retriever.retrieve(
+                    body.query, body.namespace, top_k=body.top_k, budget=body.budget, wait_record=True
+                )
         except TransientError:
             # Redis is unreachable: serve from Qdrant alone, without the query-graph expansion and
             # without a retrieval record, and say so rather than fail the agent.
