@@ -294,8 +294,14 @@ class Consolidator:
     ) -> list[EditPlan]:
         """In a namespace under review, take the high-impact edits out of each plan and keep them
         for an operator (``evomem.core.review``), before the rest is applied: a redelivered event
-        finds them held and holds them again."""
+        finds them held and holds them again, and one applied already holds nothing (its edits
+        were applied as they were planned then, whatever the support is now)."""
         under = [(w, s, p) for w, s, p in planned if s.review and p.edits]
+        by_ns: dict[str, list[str]] = {}
+        for _, _, p in under:
+            by_ns.setdefault(p.namespace, []).append(p.event_id)
+        applied = {(ns, e) for ns, ids in by_ns.items() for e in self.graph.applied_events(ns, ids)}
+        under = [(w, s, p) for w, s, p in under if (p.namespace, p.event_id) not in applied]
         if not under:
             return [p for _, _, p in planned]
         targets: dict[str, set[str]] = {}
