@@ -681,9 +681,15 @@ def cmd_export(args: argparse.Namespace) -> int:
             records = progress.iterate(records, "export", total, True)
         if args.output in (None, "-"):
             n = write_jsonl(records, sys.stdout)
-        else:
-            with open(args.output, "w") as out:
-                n = write_jsonl(records, out)
+        else:  # written aside and renamed once whole: a failed export leaves no truncated file
+            target = Path(args.output)
+            partial = target.with_name(f".{target.name}.partial")
+            try:
+                with open(partial, "w") as out:
+                    n = write_jsonl(records, out)
+                partial.replace(target)
+            finally:
+                partial.unlink(missing_ok=True)
     sys.stderr.write(f"exported {n - 1} node(s) of {len(namespaces)} namespace(s)\n")
     return 0
 

@@ -182,7 +182,8 @@ def retrieval(namespace: str, retrieval_id: str) -> str:
 
 
 def quota(namespace: str, window: int, kind: str) -> str:
-    """Counter of a namespace's ``kind`` (events, bytes, retrievals) in one quota window; expires."""
+    """Counter of a namespace's ``kind`` (events, bytes, retrievals, record_bytes) in one quota
+    window; expires."""
     return _key(namespace, "quota", f"{window}:{kind}")
 
 

@@ -469,6 +469,11 @@ class Settings(BaseSettings):
     quota_retrievals_per_minute: int = _tenancy(
         120_000, "retrievals (each keeps a retrieval record) one namespace may make a minute", ge=0
     )
+    quota_retrieval_bytes_per_minute: int = _tenancy(
+        64 << 20,
+        "bytes of retrieval records (kept retrieval_ttl_s each) one namespace may write a minute",
+        ge=0,
+    )
 
     # ---------------------------------------------------------------- caches of a retrieval process
     text_cache: int = _caches(
@@ -483,6 +488,22 @@ class Settings(BaseSettings):
         "word counts a retrieval process on the embedded index keeps whole for relevance=idf "
         "(about 90 B each), across namespaces; a namespace with more words has the counts a retrieval "
         "needs read each time; 0: always read them",
+        ge=0,
+        le=1 << 30,
+    )
+    read_model_queries: int = _caches(
+        262_144,
+        "past queries whose evidence a retrieval process on the embedded index keeps in memory "
+        "(about 400 B each), and queries whose query-graph neighbours it keeps (about 750 B each), "
+        "the least recently used dropped first and read again from the store; 0: read every time",
+        ge=0,
+        le=1 << 30,
+    )
+    read_model_insights: int = _caches(
+        1_048_576,
+        "insights whose state a retrieval process on the embedded index keeps in memory (about "
+        "170 B each, and its id's 90 B), the least recently used dropped first and read again; 0: read "
+        "every time",
         ge=0,
         le=1 << 30,
     )

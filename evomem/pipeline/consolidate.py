@@ -492,20 +492,27 @@ class Consolidator:
             bands = {text: duplicates.bands(text) for _, text, _, _ in items}
             found = self.graph.duplicate_candidates(ns, {b for bs in bands.values() for b in bs})
             heads = self.graph.heads(ns, found).values()
-            known = [duplicates.Known(h.id, duplicates.vector(h.text)) for h in heads if h.active]
-            archived = [duplicates.Known(h.id, duplicates.vector(h.text)) for h in heads if not h.active]
+            # each text is confirmed against the insights sharing one of its buckets only, as a batch
+            # of one would be: the stored ones found for any text of the batch, and the texts created
+            # earlier in it (against every one of those, one namespace's batch of n texts cost n²/2
+            # cosines: 3,000 proposals took 120 of 156 s to consolidate)
+            known = duplicates.Buckets()
+            archived = duplicates.Buckets()
+            for h in heads:
+                (known if h.active else archived).add(h.id, h.text, duplicates.bands(h.text))
             for w, text, new_id, old_id in items:
                 key = text_key(text)
                 vec = duplicates.vector(text)
-                twin = duplicates.nearest(vec, [k for k in known if k.id != old_id], threshold)
+                mine = bands[text]
+                twin = duplicates.nearest(vec, known.sharing(mine, but=old_id), threshold)
                 if twin is None and old_id is None and self.resolve(ns).archived_repeats != "new":
                     # a proposal that repeats an archived insight: applying it records its query there
-                    twin = duplicates.nearest(vec, archived, threshold)
-                w.bands[key] = bands[text]
+                    twin = duplicates.nearest(vec, archived.sharing(mine), threshold)
+                w.bands[key] = mine
                 if twin is not None:
                     w.twins[key] = twin
                 else:
-                    known.append(duplicates.Known(new_id, vec))
+                    known.add(new_id, text, mine, vec)
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def _failed(self, entry: Entry, exc: Exception, report: ConsolidationReport) -> None:

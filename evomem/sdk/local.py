@@ -159,7 +159,9 @@ class LocalBackend:
             self.runtime.quotas.charge_retrieval(namespace)
             if as_of is not None:
                 return self.runtime.retrieve_as_of(query, namespace, as_of, top_k=top_k, budget=budget)
-            return self.retriever.retrieve(query, namespace, top_k=top_k, budget=budget)
+            r = self.retriever.retrieve(query, namespace, top_k=top_k, budget=budget)
+            self.runtime.quotas.charge_record(namespace, query, r.similar, [i.id for i in r.insights])
+            return r
 
     def report(
         self,

@@ -175,6 +175,10 @@ class RetrievalService:
             degraded = (
                 "redis unreachable: no query-graph expansion, and this retrieval id cannot be reported on"
             )
+        if body.as_of is None and degraded is None:  # a retrieval record was written
+            self.runtime.quotas.charge_record(
+                body.namespace, body.query, r.similar, [i.id for i in r.insights]
+            )
         bind(retrieval_id=r.id)
         self.metrics.served_insights(len(r.insights), degraded is not None)
         return RetrieveResponse(
