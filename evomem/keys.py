@@ -229,6 +229,19 @@ def reverted(namespace: str) -> str:
     return _key(namespace, "reverted")
 
 
+def reviews(namespace: str) -> str:
+    """Hash: review id -> an edit held for review (JSON, ``evomem.core.review.HeldEdit``)."""
+    return _key(namespace, "reviews")
+
+
+def review_decisions(namespace: str) -> str:
+    """Hash: review id -> the decision on it (JSON); set once (HSETNX): the first decision stands."""
+    return _key(namespace, "reviewed")
+
+
+STALE_SWEEP = f"{PREFIX}:sweep:stale"  # set for STALE_SWEEP_S by the process that sweeps (NX)
+
+
 def projector_cursor(index_identity: str) -> str:
     return f"{PREFIX}:projector:{index_identity}"
 
