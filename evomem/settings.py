@@ -502,8 +502,8 @@ class Settings(BaseSettings):
     read_model_insights: int = _caches(
         1_048_576,
         "insights whose state a retrieval process on the embedded index keeps in memory (about "
-        "170 B each, and its id's 90 B), the least recently used dropped first and read again; 0: read "
-        "every time",
+        "170 B each, and its id's 90 B), with the texts of an eighth as many, the most recently "
+        "served, the least recently used dropped first and read again; 0: read every time",
         ge=0,
         le=1 << 30,
     )

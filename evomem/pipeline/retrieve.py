@@ -2,10 +2,11 @@
 
 No LLM and no write on this path except the small retrieval record a later report refers to. Its
 reads are proportional to |Q̃ˢ|: the similar queries come back from the index with the evidence they
-carry, the neighbours' evidence in one more read, then which of the insights those name are active
-(one read of the payload indexes, no payload), however much evidence each insight has gathered.
-Ranking sums Eq. 8-9 from the query side (``rank_from_queries``), and only the insights that can
-still be served have their text read (for their relevance to the task, and to serve them).
+carry, the neighbours (``QueryGraphCache``) and their evidence, then which of the insights those
+name are active, however much evidence each insight has gathered; on the embedded index all but
+the searches are served from the process's read model once warm. The retriever gathers every
+number the ranking needs (the candidates' word sets, the word weights) into one ``RankingInputs``;
+``rank_from_queries`` sums Eq. 8-9 from the query side and calls nothing back.
 """
 
 from __future__ import annotations
@@ -232,13 +233,9 @@ class Retriever:
         self.resolve = resolve or (lambda _namespace: settings)
         self.floor = embedder_floor(embedder)  # the cosine unrelated texts get (0: hashing)
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
-        # whether the last retrieval record could not be written (Redis unreachable): a retrieval
-        # served from the in-process read model alone then touches no Redis, and this is how a
-        # service learns that its retrieval ids cannot be reported on
-        self.records_failing = False
         # reads whole word tables (``_load_word_table``), one at a time, off the retrieval path
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-words")
-        self._pending: set[Future[None]] = set()
+        self._pending: set[Future[Exception | None]] = set()
         # insight word sets by id (a text never changes), the oldest dropped first: an array of 32-bit
         # features each, about 400 B with its id and entry (EVOMEM_TEXT_CACHE bounds them)
         self._text_features: OrderedDict[str, array[int]] = OrderedDict()
@@ -274,7 +271,11 @@ class Retriever:
         budget: int | None = None,
         hops: int | None = None,
         record: bool = True,
+        wait_record: bool = False,
     ) -> Retrieval:
+        """Eq. 2-10 for ``query``. With ``wait_record``, the retrieval record is written before the
+        retrieval returns, and ``TransientError`` says Redis did not take it (a retrieval served
+        from the read model reads nothing from Redis: only the record shows that it is down)."""
         s = self.resolve(namespace)
         with stage("embed"):
             vector = self.embedder.embed([query])[0]
@@ -366,6 +367,8 @@ class Retriever:
             future = self._recorder.submit(self._save, rec)
             self._pending.add(future)
             future.add_done_callback(self._pending.discard)
+            if wait_record and isinstance(failed := future.result(), TransientError):
+                raise TransientError(f"the retrieval record was not written: {failed}") from failed
         return retrieval
 
     def _calibrated(self, hits: list[QueryHit]) -> list[QueryHit]:
@@ -668,14 +671,14 @@ class Retriever:
             None if warming else self._warm_s,
         )
 
-    def _save(self, record: RetrievalRecord) -> None:
+    def _save(self, record: RetrievalRecord) -> Exception | None:
+        """Write the record; the error, if it was not written (logged, not raised)."""
         try:
             self.graph.save_retrieval(record, self.settings.retrieval_ttl_s)
         except Exception as exc:  # the report still carries the served ids; only the record is lost
-            self.records_failing = True
             log.warning("retrieval.record_failed", retrieval_id=record.id, error=str(exc))
-        else:
-            self.records_failing = False
+            return exc
+        return None
 
     def flush(self) -> None:
         """Wait until every retrieval record asked for so far is written."""

@@ -165,7 +165,10 @@ class RetrievalService:
                     body.query, body.namespace, body.as_of, top_k=body.top_k, budget=body.budget
                 )
             else:
-                r = retriever.retrieve(body.query, body.namespace, top_k=body.top_k, budget=body.budget)
+                # the record written before the answer, so that an unreachable Redis is said
+                r = retriever.retrieve(
+                    body.query, body.namespace, top_k=body.top_k, budget=body.budget, wait_record=True
+                )
         except TransientError:
             # Redis is unreachable: serve from Qdrant alone, without the query-graph expansion and
             # without a retrieval record, and say so rather than fail the agent.
@@ -175,13 +178,6 @@ class RetrievalService:
             degraded = (
                 "redis unreachable: no query-graph expansion, and this retrieval id cannot be reported on"
             )
-        else:
-            if body.as_of is None and retriever.records_failing:
-                # served whole from the in-process read model, but the records are not being written
-                degraded = (
-                    "redis unreachable: served from this process's read model, which no change "
-                    "reaches until Redis answers, and this retrieval id cannot be reported on"
-                )
         if body.as_of is None and degraded is None:  # a retrieval record was written
             self.runtime.quotas.charge_record(
                 body.namespace, body.query, r.similar, [i.id for i in r.insights]

@@ -160,6 +160,9 @@ class _Counts:
             df[d] = df.get(d, 0) + 1
 
 
+#: The read model keeps the texts of one insight in this many it keeps the state of: the ones
+#: served (or weighed) most recently.
+TEXTS_PER_INSIGHTS = 8
 #: What the read model keeps of a query point: (id, namespace, version, supports, harms).
 _QueryEntry = tuple[str, str, int, tuple[str, ...], tuple[str, ...]]
 #: ... and of an insight point: (id, namespace, version, state, inherits).
@@ -296,6 +299,8 @@ class EdgeIndex:
         # and on every read of a point it lacked, the least recently used dropped first
         self.query_cache: Lru[tuple[str, str], _QueryEntry] = Lru(query_cache)  # by (namespace, id)
         self.insight_cache: Lru[str, _InsightEntry] = Lru(insight_cache)  # by id: one point an id
+        # the texts of the insights read to be served (or weighed), a few of the kept insights'
+        self.text_cache: Lru[str, str] = Lru(insight_cache // TEXTS_PER_INSIGHTS)
 
     def _check_layout(self) -> None:
         marker = self.dir / _LAYOUT_FILE
@@ -920,16 +925,27 @@ class EdgeIndex:
         return found, {r.payload["id"]: tuple(r.payload.get("inherits") or ()) for r in heirs}
 
     def read_insights(self, namespace: str, ids: Collection[str]) -> dict[str, ServingInsight]:
+        """From the read model where it holds both the insight's fields and its text (a text never
+        changes: a revision is another node), the others read from the shard in one call and kept."""
         if not ids:
             return {}
-        records = self.insights.retrieve(
-            [int_point_id(i) for i in ids], ["id", "namespace", "text", "version", "inherits"], False
-        )
-        return {
-            r.payload["id"]: serving_from_payload(r.payload)
-            for r in records
-            if r.payload["namespace"] == namespace
+        held = self.insight_cache.get_many(ids)
+        texts = self.text_cache.get_many(held)
+        out = {
+            i: ServingInsight(i, texts[i], e[2], e[4])
+            for i, e in held.items()
+            if i in texts and e[1] == namespace
         }
+        missing = [int_point_id(i) for i in ids if i not in texts]
+        if not missing:
+            return out
+        wanted = ids if isinstance(ids, set | frozenset) else set(ids)
+        records = self.insights.retrieve(missing, [*_INSIGHT_FIELDS, "text"], False)
+        read = [r.payload for r in records if r.payload["id"] in wanted]
+        self.insight_cache.offer(((e[0], e) for e in map(_insight_entry_of, read)), _held_newer)
+        self.text_cache.offer((p["id"], p["text"]) for p in read)
+        out.update((p["id"], serving_from_payload(p)) for p in read if p["namespace"] == namespace)
+        return out
 
     def search_insights(self, vector: Vector, namespace: str, k: int) -> list[tuple[str, float]]:
         conditions = [self._match("namespace", namespace), self._match("state", "active")]
