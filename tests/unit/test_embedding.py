@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from evomem.core.embedding import CachedEmbedder, calibrated, embedder_name
+from evomem.core.embedding import CachedEmbedder, calibrated, embedder_name, pack_vector, unpack_vector
 from evomem.core.hashing import HashingEmbedder
 from evomem.runtime import make_embedder, resolve_embedder
 from evomem.settings import Settings
@@ -57,3 +57,12 @@ def test_auto_falls_back_to_hashing_without_the_package(monkeypatch: pytest.Monk
 def test_the_named_embedders_resolve_to_themselves() -> None:
     assert resolve_embedder(Settings(embedder="hashing")) == "hashing"
     assert resolve_embedder(Settings(embedder="e5")) == "e5"
+
+
+def test_a_carried_vector_of_another_embedder_is_not_used() -> None:
+    packed = pack_vector([0.6, 0.8], "e5:2")
+    assert unpack_vector(packed, "e5:2") == pytest.approx([0.6, 0.8], abs=1e-3)
+    assert unpack_vector(packed, "openai/x:2") is None
+    assert unpack_vector(packed, "e5:3") is None
+    assert unpack_vector("e5:2|not base64!", "e5:2") is None
+    assert unpack_vector(None, "e5:2") is None
