@@ -106,6 +106,20 @@ def test_a_store_of_another_embedder_is_refused_until_reindexed(tmp_path: Path) 
         assert [i.text for i in served.insights] == [LESSON]
 
 
+def test_a_store_of_float32_dense_vectors_is_rebuilt_by_reindex(tmp_path: Path) -> None:
+    with Memory.open_local(settings(tmp_path, "e5")) as mem:
+        teach(mem)
+    marker = tmp_path / "data" / "qdrant" / "EMBEDDER"
+    assert marker.read_text().strip() == "e5:384 float16"
+    marker.write_text("e5:384\n")  # what a store built before the vectors were kept as float16 says
+    with pytest.raises(ConfigError, match="evomem reindex"):
+        Memory.open_local(settings(tmp_path, "e5"))
+    assert reindex(settings(tmp_path, "e5"))["queries"] == 1
+    with Memory.open_local(settings(tmp_path, "e5")) as mem:
+        served = mem.retrieve("I forgot the secret I log in with", "it")
+        assert [i.text for i in served.insights] == [LESSON]
+
+
 def test_an_interrupted_reindex_resumes(tmp_path: Path) -> None:
     with Memory.open_local(settings(tmp_path, "hashing")) as mem:
         for n in range(3):
