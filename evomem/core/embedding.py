@@ -36,6 +36,12 @@ def embedder_floor(embedder: object) -> float:
     return float(getattr(embedder, "floor", 0.0))
 
 
+def embedder_relevance_floor(embedder: object) -> float:
+    """The cosine below which a task and an insight (a passage) are not about each other, for text
+    relevance: the embedder's own where it has one, else its ``floor``."""
+    return float(getattr(embedder, "relevance_floor", embedder_floor(embedder)))
+
+
 def embedder_name(embedder: object) -> str:
     """The name an index records of the embedder that built it (with the vectors' dimension)."""
     name = getattr(embedder, "name", type(embedder).__name__.removesuffix("Embedder").lower())
@@ -95,6 +101,7 @@ class CachedEmbedder:
         self.dim: int = inner.dim  # type: ignore[attr-defined]
         self.name: str = getattr(inner, "name", "dense")
         self.floor: float = embedder_floor(inner)
+        self.relevance_floor: float = embedder_relevance_floor(inner)
         self.capacity = capacity
         self.hits = 0
         self.misses = 0
@@ -147,6 +154,7 @@ __all__ = [
     "embed_passages",
     "embedder_floor",
     "embedder_name",
+    "embedder_relevance_floor",
     "pack_vector",
     "unpack_vector",
 ]

@@ -21,7 +21,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from evomem.core.embedding import calibrated, embed_passages, embedder_floor, embedder_name, pack_vector
+from evomem.core.embedding import (
+    calibrated,
+    embed_passages,
+    embedder_floor,
+    embedder_name,
+    embedder_relevance_floor,
+    pack_vector,
+)
 from evomem.core.hashing import HashingEmbedder, word_features, word_part
 from evomem.core.ports import (
     Embedder,
@@ -235,6 +242,7 @@ class Retriever:
         # a namespace's effective settings (its own λ, budget, scoring, k, hops over the global ones)
         self.resolve = resolve or (lambda _namespace: settings)
         self.floor = embedder_floor(embedder)  # the cosine unrelated texts get (0: hashing)
+        self.relevance_floor = embedder_relevance_floor(embedder)  # a task and an insight's (dense)
         # a dense task vector is kept in the retrieval record (EMBEDDING_CARRY): what it was made by
         self.vector_tag = (
             embedder_name(embedder) if embedder.kind == "dense" and settings.embedding_carry else None
@@ -448,7 +456,9 @@ class Retriever:
         self, vector: Vector, namespace: str, texts: dict[str, ServingInsight]
     ) -> Callable[[Sequence[str]], dict[str, float]]:
         """How much each candidate's text is about the task with a dense embedder: the calibrated
-        cosine of the task's vector and the insight's as a passage. The projector embedded each
+        cosine of the task's vector and the insight's as a passage, on the embedder's relevance
+        floor (a task and its own lesson sit lower than two wordings of a task: the floor puts them
+        where Eq. 2 puts paraphrases, ``embedder_relevance_floor``). The projector embedded each
         insight through the same embedder, whose cache keeps it by text, so a candidate is
         embedded again only once the cache has dropped it."""
         task = list(vector)  # a dense vector: a sequence of floats
@@ -462,7 +472,7 @@ class Retriever:
             out = {}
             for i, v in zip(known, vectors, strict=True):
                 dot = sum(a * b for a, b in zip(task, v, strict=False))
-                out[i] = calibrated(float(dot), self.floor)
+                out[i] = calibrated(float(dot), self.relevance_floor)
             return out
 
         return rel
