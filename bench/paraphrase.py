@@ -29,7 +29,7 @@ from bench.common import (
     settings_overrides,
     summarise,
 )
-from bench.paraphrases import PACKAGE, Pair, pairs
+from bench.paraphrases import PACKAGE, STSB_PACKAGE, STSB_PARAPHRASE, Pair, pairs
 from evomem import Memory
 from evomem.core.embedding import CachedEmbedder
 from evomem.runtime import resolve_embedder
@@ -136,7 +136,12 @@ def _ceiling(embedder: Any, ps: list[Pair]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.paraphrase", description=__doc__)
     ap.add_argument("--pairs", type=int, default=400)
-    ap.add_argument("--kind", default="VUC", choices=["VUC", "VIN"], help="which people's rewordings")
+    ap.add_argument(
+        "--kind",
+        default="VUC",
+        choices=["VUC", "VIN", "STSB"],
+        help="AIA-BDE's rewordings by users (VUC) or its authors (VIN), or STS-B's English paraphrases",
+    )
     ap.add_argument("--embedders", default="hashing,auto", help="comma-separated EVOMEM_EMBEDDER values")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--no-save", action="store_true")
@@ -166,7 +171,11 @@ def main(argv: list[str] | None = None) -> None:
             )
     section = {
         "command": "python -m bench.paraphrase " + " ".join(argv or []),
-        "corpus": f"AIA-BDE 2.0 ({PACKAGE}), {args.kind} rewordings, {len(ps)} pairs",
+        "corpus": (
+            f"STS-B ({STSB_PACKAGE}), pairs scored >= {STSB_PARAPHRASE}, {len(ps)} pairs"
+            if args.kind == "STSB"
+            else f"AIA-BDE 2.0 ({PACKAGE}), {args.kind} rewordings, {len(ps)} pairs"
+        ),
         "duration_s": round(time.perf_counter() - t0, 1),
         "machine": machine_info(),
         "median_overlap": round(statistics.median(p.overlap for p in ps), 3),
