@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -113,7 +114,8 @@ class Workers:
         proc = rng.choice([p for p in self.procs if p.poll() is None])
         kids = self.children(proc)
         if kids and rng.random() < 0.7:
-            os.kill(rng.choice(kids), signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it died since the listing (an earlier kill)
+                os.kill(rng.choice(kids), signal.SIGKILL)
             return "child"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

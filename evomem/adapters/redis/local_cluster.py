@@ -33,15 +33,27 @@ def _free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out to outgoing connections (Linux' default 32768): a port
+    below it is never taken from under a node by some client's connection."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return 32768
+
+
 def free_ports(n: int) -> list[int]:
-    """``n`` ports whose cluster bus ports (port + 10000) are free too."""
+    """``n`` ports whose cluster bus ports (port + 10000) are free too, both below the ephemeral
+    range where the room allows (else anywhere from 20000)."""
+    low, high = 10000, _ephemeral_low() - 10000
+    if high - low < 1000:
+        low, high = 20000, 45000
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        start = 20000 + s.getsockname()[1] % 20000
+        start = low + s.getsockname()[1] % (high - low)
     ports: list[int] = []
     port = start
     while len(ports) < n:
-        port = port + 1 if port < 45000 else 20000
+        port = port + 1 if port < high - 1 else low
         if _free(port) and _free(port + 10000):
             ports.append(port)
     return ports
