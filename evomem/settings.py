@@ -323,8 +323,8 @@ class Settings(BaseSettings):
     embedding_relevance_floor: float | None = _embedder(
         None,
         "the floor of a dense embedder's task-insight cosine for text relevance (read as "
-        "(c - floor) / (1 - floor)); unset: the embedder's own (e5 0.57, python -m bench.calibrate; "
-        "openai its EMBEDDING_FLOOR)",
+        "(c - floor) / (1 - floor)); unset: the embedder's EMBEDDING_FLOOR (e5 0.80; python -m "
+        "bench.calibrate measures the floor that reads a task and its lesson as two wordings of a task)",
         ge=0.0,
         lt=1.0,
     )

@@ -457,8 +457,8 @@ class Retriever:
     ) -> Callable[[Sequence[str]], dict[str, float]]:
         """How much each candidate's text is about the task with a dense embedder: the calibrated
         cosine of the task's vector and the insight's as a passage, on the embedder's relevance
-        floor (a task and its own lesson sit lower than two wordings of a task: the floor puts them
-        where Eq. 2 puts paraphrases, ``embedder_relevance_floor``). The projector embedded each
+        floor (``embedder_relevance_floor``: its EMBEDDING_FLOOR unless EMBEDDING_RELEVANCE_FLOOR
+        says otherwise). The projector embedded each
         insight through the same embedder, whose cache keeps it by text, so a candidate is
         embedded again only once the cache has dropped it."""
         task = list(vector)  # a dense vector: a sequence of floats
