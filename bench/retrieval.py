@@ -267,6 +267,8 @@ class LoadStats:
     apply_s: float = 0.0
     project_s: float = 0.0
     reopen_s: float = 0.0
+    warm_s: float = 0.0
+    rss_mb: float = 0.0  # the process's resident memory once warm, before the timed calls
     load_s: float = 0.0
     events: int = 0
     edits: int = 0
@@ -489,6 +491,17 @@ def dataset_facts(mem: Memory, stats: LoadStats) -> None:
 # Timing.
 
 
+def _rss_mb() -> float:
+    """This process's resident memory (VmRSS), MB; 0 where /proc is not there."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return 0.0
+
+
 def distinct_tasks(seed: int, n: int) -> list[tuple[str, str]]:
     """``n`` different (namespace, text) tasks from another seed of the dataset's generator; a task
     may still repeat one of the dataset verbatim, as agent tasks do."""
@@ -615,6 +628,12 @@ def bench_size(
     mem = open_memory(settings)  # what a restarted service does: AOF replay, shards from disk
     stats.reopen_s = time.perf_counter() - t0
     try:
+        # and its start-up warm-up (``Retriever.warm``: the index's read model, the word sets), here
+        # before the timed calls, not in the background alongside them
+        t0 = time.perf_counter()
+        mem.retriever.warm()
+        stats.warm_s = time.perf_counter() - t0
+        stats.rss_mb = _rss_mb()
         dataset_facts(mem, stats)
         tasks = distinct_tasks(seed + 7919, warmup + iterations)
         gc.collect()
@@ -707,7 +726,8 @@ def format_table(results: list[SizeResult]) -> str:
         d = res.dataset
         lines.append(
             f"  {d.n_queries:>8,} q load: generate {d.generate_s:.1f} s, apply {d.apply_s:.1f} s, "
-            f"project {d.project_s:.1f} s, reopen {d.reopen_s:.1f} s; active insights "
+            f"project {d.project_s:.1f} s, reopen {d.reopen_s:.1f} s, warm {d.warm_s:.1f} s (RSS then "
+            f"{d.rss_mb:,.0f} MB); active insights "
             f"{d.active_insights:,}; max |Ω⁺| {d.evidence.get('positive_max', 0):,}; insights with "
             f"≥1000 ids {d.evidence.get('insights_ge_1000_ids', 0)}"
         )

@@ -3,8 +3,13 @@ it: every connection opened at once and kept alive, ``POST /v1/retrieve`` over t
 namespaces. ``evomem serve`` with one process and with ``--workers 2``, at 32 and 128 connections;
 QPS (the best of ``--rounds``, 1 and 2 processes run in turn), wrk's latency percentiles, and how
 the connections spread over the processes
-(``evomem_process_connections`` of ``/metrics``, read while wrk runs). ``--check`` holds the run to
-issue 36's acceptance (2 processes ≥ 1.7× the QPS of one, none holding more than 60%).
+(``evomem_process_connections`` of ``/metrics``, read while wrk runs), and where the machine's CPU
+went during each run, in cores: the service's processes (each retrieval process apart), its
+redis-server, wrk, and everything else on the machine. On a machine shared with other work, the QPS
+of two processes is bounded by the cores they get, not by how they split the connections: the
+rows' ``qps_per_service_core`` (QPS over the cores the service's retrieval processes used) shows
+whether a process does the same work for the same CPU with one process or two. ``--check`` holds
+the run to issue 36's acceptance (2 processes ≥ 1.7× the QPS of one, none holding more than 60%).
 """
 
 from __future__ import annotations
@@ -14,16 +19,20 @@ import http.client
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
+
+import psutil
 
 from bench.common import DEFAULT_OUT, child_env, embedded_settings, machine_info, merge_results
 from bench.world import World
@@ -85,9 +94,93 @@ def _metrics_connections(host: str, port: int) -> dict[str, float]:
     return {k: float(v) for k, v in found}
 
 
-def run_wrk(host: str, port: int, script: Path, connections: int, seconds: int) -> dict[str, Any]:
+def _cpu_seconds(procs: Sequence[psutil.Process]) -> dict[int, float]:
+    out = {}
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:  # gone: counted as nothing from here
+            continue
+        out[p.pid] = t.user + t.system
+    return out
+
+
+def _machine_busy_seconds() -> float:
+    t = psutil.cpu_times()
+    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+
+
+class CpuMeter:
+    """Where the machine's CPU goes while wrk runs, in cores (CPU seconds over wall seconds): each of
+    the service's retrieval processes, its supervisor, its redis-server, wrk (from this process's
+    children's rusage: wrk is the only one that exits meanwhile), and the rest of the machine."""
+
+    def __init__(self, service_pid: int, data_dir: Path | None = None) -> None:
+        top = psutil.Process(service_pid)
+        self.procs = [top, *top.children(recursive=True)]
+        if data_dir is not None:  # the embedded redis-server runs on its own (a daemon), named by its socket
+            mine = {p.pid for p in self.procs}
+            for p in psutil.process_iter(["cmdline"]):
+                if p.pid not in mine and str(data_dir) in " ".join(p.info["cmdline"] or ()):
+                    self.procs.append(p)
+        self.role: dict[int, str] = {}
+        for p in self.procs:
+            try:
+                cmdline = " ".join(p.cmdline())
+            except psutil.Error:
+                continue
+            if "redis-server" in cmdline:
+                self.role[p.pid] = "redis"
+            elif p.pid == service_pid and "evomem.service.processes" not in cmdline:
+                self.role[p.pid] = "supervisor"  # or the one process, without --workers
+            else:
+                self.role[p.pid] = "process"
+        self.started = 0.0
+
+    def start(self) -> None:
+        self._before = _cpu_seconds(self.procs)
+        self._machine = _machine_busy_seconds()
+        self._children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.started = time.monotonic()
+
+    def stop(self) -> dict[str, Any]:
+        wall = time.monotonic() - self.started
+        after = _cpu_seconds(self.procs)
+        machine = _machine_busy_seconds() - self._machine
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wrk = (ru.ru_utime - self._children.ru_utime) + (ru.ru_stime - self._children.ru_stime)
+        used = {pid: after[pid] - self._before.get(pid, 0.0) for pid in after}
+        processes = [round(v / wall, 3) for pid, v in sorted(used.items()) if self.role.get(pid) == "process"]
+        if not processes:  # one process alone: it is the service
+            processes = [round(v / wall, 3) for pid, v in used.items() if self.role.get(pid) == "supervisor"]
+            supervisor = 0.0
+        else:
+            supervisor = sum(v for pid, v in used.items() if self.role.get(pid) == "supervisor") / wall
+        redis = sum(v for pid, v in used.items() if self.role.get(pid) == "redis") / wall
+        ours = sum(used.values()) + wrk
+        return {
+            "wall_s": round(wall, 2),
+            "processes": processes,
+            "service": round(sum(processes), 3),
+            "supervisor": round(supervisor, 3),
+            "redis": round(redis, 3),
+            "wrk": round(wrk / wall, 3),
+            "machine_busy": round(machine / wall, 3),
+            "other": round(max(0.0, machine - ours) / wall, 3),
+        }
+
+
+def run_wrk(
+    host: str,
+    port: int,
+    script: Path,
+    connections: int,
+    seconds: int,
+    service_pid: int | None = None,
+    data_dir: Path | None = None,
+) -> dict[str, Any]:
     """wrk with one thread and ``connections`` kept-alive connections; the spread over the service's
-    processes read while it runs."""
+    processes read while it runs, and (given ``service_pid``) where the CPU went meanwhile."""
     spread: dict[str, float] = {}
     stop = threading.Event()
 
@@ -100,11 +193,17 @@ def run_wrk(host: str, port: int, script: Path, connections: int, seconds: int) 
                 spread.update(found)
             stop.wait(1.0)
 
+    meter = CpuMeter(service_pid, data_dir) if service_pid is not None else None
     reader = threading.Thread(target=read_spread)
     reader.start()
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script)]
+    cpu: dict[str, Any] | None = None
     try:
+        if meter is not None:
+            meter.start()
         done = subprocess.run([*cmd, f"http://{host}:{port}"], capture_output=True, text=True, check=True)
+        if meter is not None:
+            cpu = meter.stop()
     finally:
         stop.set()
         reader.join()
@@ -113,7 +212,7 @@ def run_wrk(host: str, port: int, script: Path, connections: int, seconds: int) 
     latency = dict(re.findall(r"^\s+(50|90|99)%\s+(\S+)$", out, re.M))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     total = sum(spread.values())
-    return {
+    row: dict[str, Any] = {
         "connections": connections,
         "qps": qps,
         "latency": latency,
@@ -121,6 +220,10 @@ def run_wrk(host: str, port: int, script: Path, connections: int, seconds: int) 
         "connections_per_process": spread,
         "largest_share": round(max(spread.values()) / total, 3) if total else None,
     }
+    if cpu is not None:
+        row["cpu_cores"] = cpu
+        row["qps_per_service_core"] = round(qps / cpu["service"], 1) if cpu["service"] > 0 else None
+    return row
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -143,7 +246,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     levels = [int(c) for c in args.connections.split(",") if c]
     machine = machine_info()
     started = datetime.now(UTC)
-    out.write(f"wrk: {args.tasks:,} tasks, connections {levels}, {args.seconds} s a run\n")
+    out.write(
+        f"wrk: {args.tasks:,} tasks, connections {levels}, {args.seconds} s a run; "
+        f"{machine['cores']} cores, load {machine['loadavg_at_start']}\n"
+    )
     out.flush()
     root = Path(tempfile.mkdtemp(prefix="evomem-wrk-"))
     rows: dict[str, dict[str, Any]] = {}
@@ -161,11 +267,16 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 cmd = ["-m", "evomem.cli", "serve", "--port", "0", "--workers", str(workers)]
                 with service_process(cmd, env, what=f"evomem serve --workers {workers}") as service:
                     for c in levels:
-                        r = run_wrk(service.host, service.port, script, c, args.seconds)
+                        pid = service.proc.pid
+                        r = run_wrk(service.host, service.port, script, c, args.seconds, pid, data)
                         tries.setdefault(f"{workers}x{c}", []).append(r)
+                        r["loadavg"] = round(os.getloadavg()[0], 2)
+                        cpu = r["cpu_cores"]
                         out.write(
                             f"  round {round_ + 1}, {workers} process(es), {c} connections: {r['qps']:,.0f} "
-                            f"QPS, p50 {r['latency'].get('50')}, spread {r['connections_per_process']}\n"
+                            f"QPS, p50 {r['latency'].get('50')}, spread {r['connections_per_process']}; "
+                            f"cores: processes {cpu['processes']}, redis {cpu['redis']}, wrk {cpu['wrk']}, "
+                            f"other {cpu['other']}; load {r['loadavg']}\n"
                         )
                         out.flush()
         for key, runs in tries.items():  # each configuration's best round, and every round's QPS
@@ -173,6 +284,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     check_list = []
+    efficiency: list[dict[str, Any]] = []
     for c in levels:
         ratio = rows[f"2x{c}"]["qps"] / rows[f"1x{c}"]["qps"]
         share = rows[f"2x{c}"]["largest_share"]
@@ -183,6 +295,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 "passed": ratio >= 1.7,
             }
         )
+        one, two = rows[f"1x{c}"].get("qps_per_service_core"), rows[f"2x{c}"].get("qps_per_service_core")
+        if one and two:  # the work a core of the service does, with two processes against one: not a target
+            efficiency.append({"connections": c, "ratio": round(two / one, 3)})
         check_list.append(
             {
                 "name": f"no process holds more than 60% of {c} connections",
@@ -204,9 +319,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             "threads": 1,
         },
         "runs": rows,
+        "qps_per_service_core_2_over_1": efficiency,
         "checks": check_list,
     }
     merge_results(args.out, RESULTS_KEY, doc)
+    for e in efficiency:
+        out.write(f"QPS per core of the service, 2 processes over 1, at {e['connections']}: {e['ratio']}\n")
     for check in check_list:
         out.write(f"{'PASS' if check['passed'] else 'FAIL'}  {check['name']}: {check['value']}\n")
     out.write(f"\nmerged under {RESULTS_KEY!r} in {args.out}\n")

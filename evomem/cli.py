@@ -191,6 +191,45 @@ def cmd_pin(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- review list / approve / reject ------------------------------------------------------------------
+def cmd_review(args: argparse.Namespace) -> int:
+    with _client(index=False) as mem:
+        if args.action == "list":
+            state = None if args.state == "all" else args.state
+            items = mem.reviews(args.namespace, state=state)
+            if args.json:
+                _out([i.as_dict() for i in items])
+                return 0
+            for i in items:
+                target = i.insight_id or i.new_id
+                print(f"{i.review_id}  {i.state:8}  {i.op} {target}  (event {i.event_id}, held {i.held_at})")
+                print(f"    why: {i.reason}")
+                if i.text:
+                    print(f"    text: {i.text}")
+                if i.decided_by:
+                    print(
+                        f"    {i.state} by {i.decided_by} at {i.decided_at}"
+                        + (f": {i.note}" if i.note else "")
+                    )
+            if not items:
+                state = "" if args.state == "all" else f"{args.state} "
+                print(f"no {state}edits held for review in {args.namespace}")
+            return 0
+        if not args.review_id:
+            raise InvalidEventError("review_id", f"review {args.action} needs the id `review list` shows")
+        call = mem.approve if args.action == "approve" else mem.reject
+        print(
+            call(
+                args.review_id,
+                namespace=args.namespace,
+                by=args.by,
+                reason=args.reason,
+                request_id=args.request_id,
+            )
+        )
+    return 0
+
+
 # -- inspect / stats ------------------------------------------------------------------------------
 def render_insight(view: InsightView, queries: dict[str, str]) -> str:
     n = view.node
@@ -642,9 +681,15 @@ def cmd_export(args: argparse.Namespace) -> int:
             records = progress.iterate(records, "export", total, True)
         if args.output in (None, "-"):
             n = write_jsonl(records, sys.stdout)
-        else:
-            with open(args.output, "w") as out:
-                n = write_jsonl(records, out)
+        else:  # written aside and renamed once whole: a failed export leaves no truncated file
+            target = Path(args.output)
+            partial = target.with_name(f".{target.name}.partial")
+            try:
+                with open(partial, "w") as out:
+                    n = write_jsonl(records, out)
+                partial.replace(target)
+            finally:
+                partial.unlink(missing_ok=True)
     sys.stderr.write(f"exported {n - 1} node(s) of {len(namespaces)} namespace(s)\n")
     return 0
 
@@ -803,6 +848,24 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--reason")
         sp.add_argument("--request-id")
         sp.set_defaults(func=cmd_pin)
+
+    sp = sub.add_parser(
+        "review",
+        help="the edits held for review in a namespace: list, approve ID, reject ID",
+        description="A namespace with the setting review (evomem settings set NS review=true) holds its "
+        "high-impact edits until an operator decides: approve applies the edit once (approved twice: "
+        "once), reject drops it; the first decision stands. Approve and reject print the request id, "
+        "applied by the workers in order with the events.",
+    )
+    sp.add_argument("action", choices=["list", "approve", "reject"])
+    sp.add_argument("review_id", nargs="?")
+    sp.add_argument("-n", "--namespace", default="default")
+    sp.add_argument("--state", choices=["pending", "approved", "rejected", "all"], default="pending")
+    sp.add_argument("--by", help="who decides (default: the local user; the token's name over HTTP)")
+    sp.add_argument("--reason")
+    sp.add_argument("--request-id")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_review)
 
     sp = sub.add_parser(
         "event", help="the state of a reported event: queued, applied (its edits) or dead-lettered (why)"

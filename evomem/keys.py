@@ -182,7 +182,8 @@ def retrieval(namespace: str, retrieval_id: str) -> str:
 
 
 def quota(namespace: str, window: int, kind: str) -> str:
-    """Counter of a namespace's ``kind`` (events, bytes, retrievals) in one quota window; expires."""
+    """Counter of a namespace's ``kind`` (events, bytes, retrievals, record_bytes) in one quota
+    window; expires."""
     return _key(namespace, "quota", f"{window}:{kind}")
 
 
@@ -226,6 +227,19 @@ def control(namespace: str, request_id: str) -> str:
 def reverted(namespace: str) -> str:
     """Set: the key of every edit of the namespace a request reverted (``lifecycle.edit_key``)."""
     return _key(namespace, "reverted")
+
+
+def reviews(namespace: str) -> str:
+    """Hash: review id -> an edit held for review (JSON, ``evomem.core.review.HeldEdit``)."""
+    return _key(namespace, "reviews")
+
+
+def review_decisions(namespace: str) -> str:
+    """Hash: review id -> the decision on it (JSON); set once (HSETNX): the first decision stands."""
+    return _key(namespace, "reviewed")
+
+
+STALE_SWEEP = f"{PREFIX}:sweep:stale"  # set for STALE_SWEEP_S by the process that sweeps (NX)
 
 
 def projector_cursor(index_identity: str) -> str:

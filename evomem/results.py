@@ -196,6 +196,32 @@ class EventState(BaseModel):
     dead_letter_id: str | None = Field(None, description="when dead-lettered: its entry (evomem dlq)")
 
 
+@dataclass(frozen=True, slots=True)
+class ReviewItem:
+    """An edit held for review (``evomem review list``, ``GET /v1/reviews``): what it would do, why it
+    was held, and, once decided, by whom; an approved one names the event it was applied as (what a
+    revert takes)."""
+
+    review_id: str
+    namespace: str
+    state: str  # pending | approved | rejected
+    op: str  # KEEP | ARCHIVE | REVISE | ADD
+    insight_id: str | None
+    new_id: str | None
+    text: str | None  # a REVISE's or ADD's new text
+    event_id: str  # the event whose edit it is
+    decided_by_controller: str
+    reason: str
+    held_at: str
+    decided_by: str | None = None
+    decided_at: str | None = None
+    note: str | None = None
+    applied_event_id: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {f: getattr(self, f) for f in self.__slots__}
+
+
 __all__ = [
     "AppliedEdit",
     "ConsolidationReport",
@@ -206,6 +232,7 @@ __all__ = [
     "LineageStep",
     "Retrieval",
     "RetrievalAudit",
+    "ReviewItem",
     "ScoredInsight",
     "ServedRecord",
     "SimilarQuery",

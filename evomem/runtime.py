@@ -227,6 +227,8 @@ def open_index(settings: Settings) -> VectorIndex:
             promote_at=settings.index_promote_at,
             open_shards=settings.index_open_shards,
             df_table=settings.index_df_table,
+            query_cache=settings.read_model_queries,
+            insight_cache=settings.read_model_insights,
         )
     from evomem.adapters.qdrant.client import ClientIndex
 
@@ -276,6 +278,7 @@ class Runtime:
                 link_k=settings.top_k,
                 persist_every_s=settings.index_flush_s,
                 on_new_insights=self.retriever.insights_added if self.retriever else None,
+                on_queries_changed=self.retriever.queries_changed if self.retriever else None,
             )
             if index
             else None
@@ -284,6 +287,7 @@ class Runtime:
             # this process's embedded index learns of new insights through its projector alone, which
             # tells the retriever: its word counts need no check of their own until then
             self.retriever.words_announced = True
+            self.retriever.queries_announced = True  # and of every query that changed
         self.consumer = settings.consumer_name or default_consumer()
         self._follower: Follower | None = None
         self._closed = False

@@ -254,6 +254,35 @@ class Settings(BaseSettings):
     duplicate_threshold: float = _editing(
         0.9, "cosine from which a new insight text repeats an active one", gt=0, le=1
     )
+    # -- staleness and review (docs/guides/lifecycle.md)
+    stale_idle_s: int = _editing(
+        0,
+        "an active insight served to no reported task for this long (since it was last served, or "
+        "created) is archived as stale; 0: never",
+        ge=0,
+    )
+    stale_served: int = _editing(
+        0,
+        "an active insight served to this many reported tasks without a verdict that it helped any "
+        "is archived as stale; 0: never",
+        ge=0,
+        le=1_000_000,
+    )
+    review: bool = _editing(
+        False,
+        "hold high-impact edits for an operator's review (list, approve, reject) instead of applying "
+        "them: a REVISE or ARCHIVE of an insight with at least review_support supporting queries, and "
+        "every edit of a decision whose controller reports a confidence below review_confidence",
+    )
+    review_support: int = _editing(
+        3, "supporting queries (|Ω⁺|) from which a REVISE or ARCHIVE of an insight is held", ge=1
+    )
+    review_confidence: float = _editing(
+        0.5,
+        "a decision whose controller reports a confidence below this has all its edits held",
+        ge=0.0,
+        le=1.0,
+    )
 
     # ---------------------------------------------------------------- controller (the judge)
     controller: Literal["auto", "llm", "rules"] = _controller(
@@ -356,6 +385,12 @@ class Settings(BaseSettings):
     batch_wait_ms: int = _stream(200, "how long a worker waits for a batch to fill", ge=0)
     claim_idle_ms: int = _stream(120_000, "an unacked event idle this long is reclaimed", ge=100)
     max_deliveries: int = _stream(5, "deliveries before an event is dead-lettered", ge=1)
+    stale_sweep_s: float = _stream(
+        300.0,
+        "how often a worker (or consolidate()) looks for stale insights, when stale_idle_s or "
+        "stale_served is set; 0: at every consolidate()",
+        ge=0,
+    )
     batch_time_limit_s: float = _stream(60.0, "a worker task's soft time limit", gt=0)
     visibility_timeout_s: int = _stream(600, "Celery broker visibility timeout", ge=1)
     worker_concurrency: int = _stream(2, "processes per `evomem worker`", ge=1)
@@ -447,6 +482,11 @@ class Settings(BaseSettings):
     quota_retrievals_per_minute: int = _tenancy(
         120_000, "retrievals (each keeps a retrieval record) one namespace may make a minute", ge=0
     )
+    quota_retrieval_bytes_per_minute: int = _tenancy(
+        64 << 20,
+        "bytes of retrieval records (kept retrieval_ttl_s each) one namespace may write a minute",
+        ge=0,
+    )
 
     # ---------------------------------------------------------------- caches of a retrieval process
     text_cache: int = _caches(
@@ -461,6 +501,22 @@ class Settings(BaseSettings):
         "word counts a retrieval process on the embedded index keeps whole for relevance=idf "
         "(about 90 B each), across namespaces; a namespace with more words has the counts a retrieval "
         "needs read each time; 0: always read them",
+        ge=0,
+        le=1 << 30,
+    )
+    read_model_queries: int = _caches(
+        262_144,
+        "past queries whose evidence a retrieval process on the embedded index keeps in memory "
+        "(about 400 B each), and queries whose query-graph neighbours it keeps (about 750 B each), "
+        "the least recently used dropped first and read again from the store; 0: read every time",
+        ge=0,
+        le=1 << 30,
+    )
+    read_model_insights: int = _caches(
+        1_048_576,
+        "insights whose state a retrieval process on the embedded index keeps in memory (about "
+        "170 B each, and its id's 90 B), the least recently used dropped first and read again; 0: read "
+        "every time",
         ge=0,
         le=1 << 30,
     )
@@ -595,6 +651,11 @@ class NamespaceOverrides(BaseModel):
     archive_ratio: float | None = Field(None, ge=0.0, allow_inf_nan=False)
     archive_min: int | None = Field(None, ge=1, le=1000)
     archive_streak: int | None = Field(None, ge=0, le=1000)
+    stale_idle_s: int | None = Field(None, ge=0)
+    stale_served: int | None = Field(None, ge=0, le=1_000_000)
+    review: bool | None = None
+    review_support: int | None = Field(None, ge=1)
+    review_confidence: float | None = Field(None, ge=0.0, le=1.0)
 
     def set_fields(self) -> dict[str, Any]:
         """The overridden fields, by their ``Settings`` names."""

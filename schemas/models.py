@@ -211,18 +211,27 @@ class ControllerDecision(_Strict):
 
     insight_edits: list[InsightEdit] = []
     add_new_insight: AddDecision = AddDecision()
+    confidence: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="how sure the controller is of this decision, when it says; a namespace under "
+        "review holds every edit of a decision below its review_confidence",
+    )
 
     def edit_for(self, insight_id: str) -> InsightEdit | None:
         return next((e for e in self.insight_edits if e.insight_id == insight_id), None)
 
 
-ControlAction = Literal["revert", "pin", "unpin"]
+ControlAction = Literal["revert", "pin", "unpin", "retire", "approve", "reject"]
+ReviewId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
 
 
 class ControlRequest(_Strict):
     """An operator's request, applied by the workers in order with the task events: revert edits
     (one event's, one edit of it, or every edit of the namespace since a time), pin or unpin an
-    insight. Nothing is deleted; each request is recorded in the history with who made it."""
+    insight, retire a stale insight (the staleness sweep's request), approve or reject an edit held
+    for review. Nothing is deleted; each request is recorded in the history with who made it."""
 
     request_id: uuid.UUID = Field(
         default_factory=uuid.uuid4, description="Made by the client; the same request twice is one."
@@ -239,6 +248,10 @@ class ControlRequest(_Strict):
     )
     since: datetime | None = Field(
         None, description="revert: every edit of the namespace applied at or after this time"
+    )
+    review_id: ReviewId | None = Field(None, description="approve/reject: the held edit")
+    expected_version: int | None = Field(
+        None, ge=0, description="retire: the insight's version when it was found stale (edited since: no-op)"
     )
     occurred_at: datetime = Field(default_factory=utcnow)
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -259,8 +272,17 @@ class ControlRequest(_Strict):
                 raise ValueError("a revert since a time takes no insight_id")
             if self.since is not None and self.since.tzinfo is None:
                 raise ValueError("since must carry a time zone")
+        elif self.action in ("approve", "reject"):
+            if self.review_id is None or self.insight_id is not None or self.event_id is not None:
+                raise ValueError(f"{self.action} names a review_id and nothing else")
+            if self.since is not None:
+                raise ValueError(f"{self.action} names a review_id and nothing else")
         elif self.insight_id is None or self.event_id is not None or self.since is not None:
             raise ValueError(f"{self.action} names an insight_id and nothing else")
+        if self.action not in ("approve", "reject") and self.review_id is not None:
+            raise ValueError("only approve and reject name a review_id")
+        if self.action != "retire" and self.expected_version is not None:
+            raise ValueError("only retire names an expected_version")
         return self
 
 

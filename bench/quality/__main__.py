@@ -81,6 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 seeds, 150 tasks")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results file (bench/results.json)")
     parser.add_argument("--no-results", action="store_true", help="do not write the results file")
+    parser.add_argument(
+        "--results-key",
+        help="the results file's key for this run (default: quality, or quality_<embedder>); a run of "
+        "some arms only keeps the full run's figures under their own key",
+    )
     parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help="the PNG (bench/quality.png)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -293,6 +298,8 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None, leaked: list[str
     figures = {w: {a: figures[w][a] for a in arms if a in figures.get(w, {})} for w in worlds if w in figures}
     specs = world_specs(args)
     print(summary.table(figures, {w: specs[w].description for w in worlds}))
+    if lifecycle := summary.lifecycle_lines(figures):
+        print("\n" + "\n".join(lifecycle))
     checks = summary.targets(
         figures,
         {w: specs[w].judge_error for w in worlds},
@@ -353,7 +360,7 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None, leaked: list[str
         }
         # a run on another embedder than the arms' hashing keeps its own key beside the reference run
         embedder = dict(field_values(args.set)).get("embedder", "hashing")
-        key = RESULTS_KEY if embedder == "hashing" else f"{RESULTS_KEY}_{embedder}"
+        key = args.results_key or (RESULTS_KEY if embedder == "hashing" else f"{RESULTS_KEY}_{embedder}")
         section["embedder"] = embedder
         merge_results(args.out, key, section)
         print(f"results: {args.out} (key {key!r})")

@@ -38,6 +38,9 @@ class ArmSpec:
     llm: bool = False  # the LLM controller against the test server with the world's judge
     settings: tuple[tuple[str, str], ...] = ()  # Settings fields of this arm
     withhold_harmful: bool = False  # the ground truth hides what would harm from the agent (a bound)
+    # a review gate (EVOMEM_REVIEW): the held edits decided by the world's truth, wrong this often
+    reviewer_error: float | None = None
+    optional: bool = False  # run only when --arms names it
 
     def overrides(self) -> dict[str, str]:
         return dict(self.settings)
@@ -67,6 +70,45 @@ def _ablations() -> list[ArmSpec]:
     ]
 
 
+#: Served this many times without a verdict that it helped: stale (EVOMEM_STALE_SERVED).
+STALE_SERVED = (10, 30)
+#: The review gates: (supporting queries from which a REVISE or ARCHIVE is held, the reviewer's error).
+REVIEW_GATES = ((3, 0.0), (3, 0.1), (3, 0.3))
+#: Gates of other thresholds, run when --arms names them (docs/lab/2026-12-07-staleness-and-review.md).
+OPTIONAL_GATES = ((5, 0.0), (5, 0.1), (10, 0.0), (10, 0.1))
+
+
+def _default_config() -> tuple[tuple[str, str], ...]:
+    return (("operations", "all"), ("archive_policy", "evidence"), ("scoring", default_scoring()))
+
+
+def _staleness() -> list[ArmSpec]:
+    """The default configuration with the staleness sweep at every consolidation."""
+    return [
+        ArmSpec(
+            f"stale-{n}",
+            judged=True,
+            settings=(*_default_config(), ("stale_served", str(n)), ("stale_sweep_s", "0")),
+        )
+        for n in STALE_SERVED
+    ]
+
+
+def _review_gates() -> list[ArmSpec]:
+    """The default configuration under review: its high-impact edits decided by a reviewer who knows
+    the world's truth and errs at the given rate (``bench.quality.run``)."""
+    return [
+        ArmSpec(
+            f"review-k{k}-e{round(err * 100)}",
+            judged=True,
+            settings=(*_default_config(), ("review", "true"), ("review_support", str(k))),
+            reviewer_error=err,
+            optional=(k, err) in OPTIONAL_GATES,
+        )
+        for k, err in (*REVIEW_GATES, *OPTIONAL_GATES)
+    ]
+
+
 ARMS: dict[str, ArmSpec] = {
     a.name: a
     for a in (
@@ -77,6 +119,8 @@ ARMS: dict[str, ArmSpec] = {
             for scoring in SCORINGS
         ),
         ArmSpec("llm", llm=True, settings=(("operations", "all"), ("archive_policy", "evidence"))),
+        *_staleness(),
+        *_review_gates(),
         # a reference, not a memory: the default configuration with every served insight that would
         # harm the task withheld by the ground truth before the agent sees it (and so never judged)
         ArmSpec(
@@ -87,8 +131,8 @@ ARMS: dict[str, ArmSpec] = {
         ),
     )
 }
-#: The arms of a default run: every arm but the reference (``--arms`` takes it too).
-DEFAULT_ARMS = tuple(name for name, arm in ARMS.items() if not arm.withhold_harmful)
+#: The arms of a default run: every arm but the reference and the optional gates (``--arms`` takes them).
+DEFAULT_ARMS = tuple(name for name, arm in ARMS.items() if not (arm.withhold_harmful or arm.optional))
 
 
 def default_arm() -> str:
@@ -132,7 +176,9 @@ __all__ = [
     "ARMS",
     "DEFAULT_ARMS",
     "LLM_MODEL",
+    "REVIEW_GATES",
     "SCORINGS",
+    "STALE_SERVED",
     "ArmSpec",
     "append_only_arm",
     "default_arm",

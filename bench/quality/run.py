@@ -186,7 +186,35 @@ def _loop(job: Job, world: World, mem: Memory | None, tally: _Tally, observe: Ob
             teachings.taught(task, proposal)
         if (task.index + 1) % job.consolidate_every == 0 or task.index + 1 == len(world.tasks):
             _consolidate(mem, tally)
+            if job.arm.reviewer_error is not None and _review(world, mem, task.index, job, tally):
+                _consolidate(mem, tally)  # the approvals, applied as a worker would
             teachings.consolidated()
+
+
+def _review(world: World, mem: Memory, t: int, job: Job, tally: _Tally) -> int:
+    """Decide every pending edit as a reviewer who knows the world's truth at time ``t`` and errs at
+    the arm's rate: an ARCHIVE or REVISE is right where the insight is not good (a REVISE also needs
+    a good new text), an ADD or KEEP where the lesson is good; an insight the world does not know
+    is let through. Returns how many were decided."""
+    err = job.arm.reviewer_error or 0.0
+    pending = mem.reviews(NAMESPACE)
+    texts = {n.id: n.text for n in mem.insights(NAMESPACE)}
+    for item in pending:
+        old = world.by_text.get(texts.get(item.insight_id or "", ""))
+        new = world.by_text.get(item.text or "")
+        if item.op in ("ARCHIVE", "REVISE"):
+            right = old is None or not world.is_good(old, t)
+            if item.op == "REVISE" and new is not None:
+                right = right and world.is_good(new, t)
+        else:
+            right = new is None or world.is_good(new, t)
+        u = uuid.uuid5(_EVENT_NS, f"review:{job.seed}:{item.review_id}").int / 2**128
+        approve = right != (u < err)
+        tally.outcomes["review_approved" if approve else "review_rejected"] += 1
+        tally.outcomes["review_wrong"] += approve != right
+        call = mem.approve if approve else mem.reject
+        call(item.review_id, namespace=NAMESPACE, by="reviewer")
+    return len(pending)
 
 
 def _harms(world: World, task: Task, text: str) -> bool:
@@ -262,7 +290,11 @@ def _final_state(world: World, mem: Memory, tally: _Tally, arm: ArmSpec) -> dict
         good += 1
         if not node.active:
             good_archived += 1
-            retired = [h for h in history if h.insight_id == node.id and h.outcome in ("archived", "revised")]
+            retired = [
+                h
+                for h in history
+                if h.insight_id == node.id and h.outcome in ("archived", "revised", "stale")
+            ]
             archived_by[_who(retired[-1].decided_by) if retired else "unknown"] += 1
     out: dict[str, Any] = {
         "active": sum(n.active for n in nodes),

@@ -244,6 +244,24 @@ def table(figures: Mapping[str, Mapping[str, Mapping[str, Any]]], worlds: Mappin
     return "\n".join(lines)
 
 
+#: What the staleness and review-gate arms did, summed over seeds (``ConsolidationReport.outcomes``).
+LIFECYCLE = ("stale", "held", "review_approved", "review_rejected", "review_wrong")
+
+
+def lifecycle_lines(figures: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
+    """Per world, the arms that archived stale insights or held edits: how many, summed over seeds."""
+    lines = []
+    for world, arms in figures.items():
+        for arm, f in arms.items():
+            out = f.get("outcomes", {})
+            if any(out.get(k) for k in LIFECYCLE):
+                counts = ", ".join(f"{k.replace('review_', '')} {out.get(k, 0)}" for k in LIFECYCLE)
+                lines.append(f"  {world:<12} {arm:<26} {counts}")
+    if lines:
+        lines.insert(0, "staleness and review (summed over seeds; wrong: the reviewer's wrong decisions):")
+    return lines
+
+
 # -- evidence -----------------------------------------------------------------------------------
 def evidence_lines(run: Mapping[str, Any], edits_shown: int = 10) -> list[str]:
     """What one run served most and which edits it made, by the ground-truth kind of the insight."""
@@ -278,11 +296,13 @@ def _ratio(a: float, b: float) -> float | None:
 
 __all__ = [
     "FINAL_WINDOW",
+    "LIFECYCLE",
     "METRICS",
     "aggregate",
     "binned",
     "curves",
     "evidence_lines",
+    "lifecycle_lines",
     "run_metrics",
     "spread",
     "table",

@@ -168,7 +168,11 @@ def decide(inputs: Sequence[DecisionInput], controller: Controller) -> list[Deci
             continue
         named = set(inp.event.insight_feedback)
         edits = explicit[n] + [e for e in answer.insight_edits if e.insight_id not in named]
-        out.append(ControllerDecision(insight_edits=edits, add_new_insight=answer.add_new_insight))
+        out.append(
+            ControllerDecision(
+                insight_edits=edits, add_new_insight=answer.add_new_insight, confidence=answer.confidence
+            )
+        )
     return out
 
 

@@ -71,6 +71,29 @@ class Known:
     vector: SparseVec
 
 
+class Buckets:
+    """Insights by the near-duplicate buckets of their texts: the candidates a new text is confirmed
+    against are those sharing one of its buckets (``sharing``)."""
+
+    def __init__(self) -> None:
+        self._by_band: dict[str, dict[str, Known]] = {}
+
+    def add(
+        self, insight_id: str, text: str, text_bands: Sequence[str], vec: SparseVec | None = None
+    ) -> None:
+        known = Known(insight_id, vector(text) if vec is None else vec)
+        for b in text_bands:
+            self._by_band.setdefault(b, {})[insight_id] = known
+
+    def sharing(self, text_bands: Sequence[str], but: str | None = None) -> list[Known]:
+        """The insights sharing a bucket with ``text_bands`` (each once), but the one named ``but``."""
+        found: dict[str, Known] = {}
+        for b in text_bands:
+            found.update(self._by_band.get(b, {}))
+        found.pop(but or "", None)
+        return list(found.values())
+
+
 def nearest(text_vector: SparseVec, known: Sequence[Known], threshold: float) -> str | None:
     """The id of the known insight most similar to the text, if at least ``threshold`` similar."""
     best, best_id = -1.0, ""
@@ -81,4 +104,4 @@ def nearest(text_vector: SparseVec, known: Sequence[Known], threshold: float) ->
     return best_id or None
 
 
-__all__ = ["BANDS", "ROWS", "Known", "bands", "nearest", "similarity", "vector"]
+__all__ = ["BANDS", "ROWS", "Buckets", "Known", "bands", "nearest", "similarity", "vector"]

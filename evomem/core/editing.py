@@ -98,6 +98,7 @@ class EditPlan(BaseModel):
     degree: int = 0  # neighbours a query keeps (the most similar); 0: all
     digest: str | None = None  # of the event's content: the same event id with other content is refused
     retrieved: list[str]  # I_t^ret, for the edge update
+    served: bool = True  # count a serve of each retrieved insight (staleness); an approval's: False
     edits: list[PlannedEdit]
     archive_policy: Literal["evidence", "immediate"]
     archive_ratio: float

@@ -51,6 +51,7 @@ INVERSES: dict[str, tuple[tuple[UndoKind, str], ...]] = {
     "revised": (("archive", "new"), ("-neg", "insight"), ("activate", "insight")),
     "merged": (("-pos", "new"), ("-neg", "insight"), ("activate", "insight")),
     "added": (("-pos", "new"), ("archive", "new")),
+    "stale": (("activate", "insight"),),  # archived by the staleness sweep (evomem.core.staleness)
 }
 
 
@@ -104,12 +105,13 @@ class ControlPlan(BaseModel):
 
     request_id: str
     namespace: str
-    action: Literal["revert", "pin", "unpin"]
+    action: Literal["revert", "pin", "unpin", "retire"]
     by: str
     reason: str | None = None
     insight_id: str | None = None  # pin / unpin
     steps: list[UndoStep] = []  # revert, in the order they are applied
-    note: str = ""  # pin / unpin: the history's words, "pinned by <who>: <why>"
+    note: str = ""  # pin / unpin: the history's words, "pinned by <who>: <why>"; retire: the reason
+    expected_version: int | None = None  # retire: the version found stale (edited since: no-op)
     at: datetime
 
     def to_json(self) -> str:
@@ -122,7 +124,7 @@ class ControlResult:
     replayed: bool
     reverted: int = 0  # edits undone by this request
     skipped: int = 0  # edits named that an earlier request had undone already
-    changed: bool = False  # pin / unpin: the insight's pin changed
+    changed: bool = False  # pin / unpin: the insight's pin changed; retire: it was archived
 
 
 def edit_key(event_id: str, n: int, edit: AppliedEdit) -> str:
@@ -171,6 +173,12 @@ def plan_control(request: ControlRequest, events: Sequence[AppliedEvent], at: da
                 )
                 for s in undo_steps(event, only)
             )
+    if request.action not in ("revert", "pin", "unpin", "retire"):
+        raise ValueError(f"{request.action} is not applied as a control plan")
+    note = {
+        "revert": "",
+        "retire": f"stale: {request.reason or 'not helping'}",
+    }.get(request.action, f"{request.action}ned by {request.by}{why}")
     return ControlPlan(
         request_id=str(request.request_id),
         namespace=request.namespace,
@@ -179,7 +187,8 @@ def plan_control(request: ControlRequest, events: Sequence[AppliedEvent], at: da
         reason=request.reason,
         insight_id=request.insight_id if request.action != "revert" else None,
         steps=steps,
-        note="" if request.action == "revert" else f"{request.action}ned by {request.by}{why}",
+        note=note,
+        expected_version=request.expected_version,
         at=at,
     )
 

@@ -20,6 +20,8 @@ from evomem.core.editing import EditPlan
 from evomem.core.hashing import DenseVec, SparseVec
 from evomem.core.lifecycle import AppliedEvent, ControlPlan, ControlResult
 from evomem.core.retrieval import ServingInsight
+from evomem.core.review import HeldEdit, Review, ReviewDecision
+from evomem.core.staleness import ServedCounts
 from evomem.results import EditRecord as EditRecord  # re-exported: the stores build them
 from schemas import ControllerDecision, ControlRequest, InsightNode, QueryNode, TaskEvent
 
@@ -338,11 +340,55 @@ class ControlStore(Protocol):
         ...
 
 
-class ConsolidationStore(EditStore, ControlStore, Protocol):
+class ReviewStore(Protocol):
+    """The review queue (``evomem.core.review``): held edits, and the decision on each."""
+
+    def hold(self, held: Sequence[HeldEdit]) -> None:
+        """Keep these edits for review; one held before keeps its first record."""
+        ...
+
+    def held_ids(self, namespace: str, review_ids: Collection[str]) -> set[str]:
+        """Which of these review ids are held already (decided or not)."""
+        ...
+
+    def reviews(self, namespace: str) -> list[Review]:
+        """Every held edit of the namespace with its decision, oldest first."""
+        ...
+
+    def decide_review(self, namespace: str, review_id: str, decision: ReviewDecision) -> Review | None:
+        """Record the decision unless one was recorded before (that one stands); the review as it
+        stands after, or None when no edit is held under this id."""
+        ...
+
+
+class StalenessSource(Protocol):
+    """What the staleness sweep reads (``evomem.core.staleness``)."""
+
+    def namespaces(self) -> set[str]: ...
+
+    def served_records(self, namespace: str) -> list[ServedCounts]:
+        """How each active insight of the namespace was served."""
+        ...
+
+    def claim_sweep(self, every_s: float) -> bool:
+        """Whether this caller sweeps now: once per ``every_s`` across every process of the store."""
+        ...
+
+
+class ConsolidationStore(EditStore, ControlStore, ReviewStore, StalenessSource, Protocol):
     """What the consolidation workers read and write: the task events' edits and the operators' requests."""
 
 
-class GraphStore(EditStore, RetrievalGraph, ProjectionSource, GraphReader, ControlStore, Protocol):
+class GraphStore(
+    EditStore,
+    RetrievalGraph,
+    ProjectionSource,
+    GraphReader,
+    ControlStore,
+    ReviewStore,
+    StalenessSource,
+    Protocol,
+):
     """The whole system of record: every role above, as a store implements it (the contract suite
     runs the same tests on the Redis store and the in-memory reference)."""
 

@@ -9,7 +9,9 @@ and an insight that revised or absorbed others is supported by whatever supporte
 Ω⁺ ∩ Q̃ˢ and Ω⁻ ∩ Q̃ˢ, which is all Eq. 8-9 look at, so the work grows with |Q̃ˢ|, never with |Ω⁺|.
 ``rank_insights`` over those candidates is the reference the equation tests hold to the paper;
 retrieval ranks with ``rank_from_queries``, the same Eq. 7-10 summed from the query side in one pass,
-without a candidate object per insight and with texts only for the insights that can be served.
+without a candidate object per insight, from one value the retriever gathers first
+(``RankingInputs``: the evidence of Q̃ˢ, the weights, the candidates' word sets and word weights):
+it calls nothing back, and weighs the text of the few candidates that can still be served only.
 
 Two scorings. ``count`` is Eq. 8-9 exactly: s = |Ω⁺ ∩ Q̃ˢ|, c = |Ω⁻ ∩ Q̃ˢ|. ``weighted`` counts each
 query by its similarity w(q) to the current one (Eq. 2's cosine; a neighbour reached through the
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -154,36 +156,63 @@ class Ranked:
     similarity: float
 
 
-def rank_from_queries(
-    supports: Mapping[str, Iterable[str]],
-    harms: Mapping[str, Iterable[str]],
-    active: Collection[str],
-    heirs: Mapping[str, Sequence[str]],
-    weights: Mapping[str, float],
-    lam: float,
-    budget: int,
-    *,
-    scoring: Scoring = "count",
-    power: float = 1.0,
-    relevance: Callable[[Sequence[str]], Mapping[str, float]] | None = None,
-    relevance_power: float = 0.0,
-    refine: Callable[[Sequence[str]], Mapping[str, float]] | None = None,
-    ceiling: Callable[[Sequence[str]], Mapping[str, float]] | None = None,
-) -> tuple[list[Ranked], int]:
+@dataclass(frozen=True, slots=True)
+class TextInputs:
+    """What the text factor of the weighted score is computed from, gathered by the retriever before
+    ranking: the task's word 1-2-gram set and each candidate's (``words``), and for
+    ``EVOMEM_RELEVANCE=idf`` the squared IDF weight of their words (``squared``: every feature of
+    the task and of the candidates' sets; one left out weighs 0). ``held``: how many of the task's
+    words some insight of the namespace holds, which bounds each candidate's cosine by its set's
+    size alone (``word_ceiling``), so that a candidate shown unable to reach the top is never
+    weighed. A number given outright takes the place of the one computed from words: ``relevance``
+    (a dense embedder's calibrated cosine, say), ``refined`` (the finer one), ``ceiling`` (a bound
+    of ``relevance``)."""
+
+    task: frozenset[int] = frozenset()
+    words: Mapping[str, Collection[int]] = field(default_factory=dict)
+    squared: Mapping[int, float] | None = None
+    held: int | None = None
+    relevance: Mapping[str, float] | None = None
+    refined: Mapping[str, float] | None = None
+    ceiling: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RankingInputs:
+    """Every number Eq. 7-10 rank with, in one value: ``supports[q]`` / ``harms[q]``, the insights
+    each query of Q̃ˢ is positive / negative evidence of; ``active``, the ids named by ``supports``
+    that are active insights; ``heirs``, the active insights that inherit from a named id, with what
+    they inherit (each such insight is supported by the union of its own supporters and theirs);
+    ``weights``, w(q) of every query of Q̃ˢ; λ, B, the scoring, its similarity power, and the text
+    factor's power and inputs (``text``: None, no text factor)."""
+
+    supports: Mapping[str, Iterable[str]]
+    harms: Mapping[str, Iterable[str]]
+    active: Collection[str]
+    heirs: Mapping[str, Sequence[str]]
+    weights: Mapping[str, float]
+    lam: float
+    budget: int
+    scoring: Scoring = "count"
+    power: float = 1.0
+    relevance_power: float = 0.0
+    text: TextInputs | None = None
+
+
+def rank_from_queries(inputs: RankingInputs) -> tuple[list[Ranked], int]:
     """``rank_insights(candidates_from_queries(...))`` without building a candidate per insight, and
-    (the candidates, how many there were).
+    (the candidates, how many there were). Pure: it reads ``inputs`` and nothing else.
 
     The same Eq. 7-10, summed from the query side in one pass over the evidence of Q̃ˢ, so the work
-    is the number of (query, insight) pairs of Q̃ˢ, and an insight's text is only needed for the few
-    that can still be served. ``active``: the ids named by ``supports`` that are active insights;
-    ``heirs``: the active insights that inherit from a named id, with what they inherit (each such
-    insight is supported by the union of its own supporters and theirs). ``weights`` holds w(q) of
-    every query of Q̃ˢ. ``relevance`` gives, for a batch of ids, each one's text relevance;
-    ``refine`` a finer one, asked once for the ``refine_depth(budget)`` candidates ``relevance``
-    ranks first, which are then ranked by it instead (``_refined``); ``ceiling``, when given, a
-    bound on each one's ``relevance`` that is cheaper to know, so that a candidate it shows cannot
-    reach the top is never asked about (the ranking is the same).
+    is the number of (query, insight) pairs of Q̃ˢ. With a text factor, the first relevance is
+    ``text.relevance`` or the cosine of the word sets (``text_relevance``), computed only for the
+    few candidates that can still reach the top (``_by_relevance``); with ``text.refined`` or
+    ``text.squared``, the ``refine_depth(budget)`` candidates it ranks first are ranked again by
+    the finer one (``_refined``: ``idf_relevance``); ``text.ceiling``, or the bound ``held`` gives,
+    passes over a candidate that cannot reach the top unweighed (the ranking is the same).
     """
+    supports, harms, weights, power = inputs.supports, inputs.harms, inputs.weights, inputs.power
+    heirs, lam, budget, scoring = inputs.heirs, inputs.lam, inputs.budget, inputs.scoring
     # per insight: [s, Σ w^p over Ω⁺ ∩ Q̃ˢ, best w]; a query names an insight at most once
     pos: dict[str, list[float]] = {}
     for q, ids in supports.items():
@@ -222,7 +251,7 @@ def rank_from_queries(
             if by:
                 ws = [weights.get(q, 0.0) for q in by]
                 pos[heir] = [float(len(ws)), sum(w**power for w in ws), max(ws)]
-    serving = set(active).union(heirs)
+    serving = set(inputs.active).union(heirs)
     scored: list[tuple[float, float, float, str, float]] = []
     for i in serving:
         a = pos.get(i)
@@ -236,24 +265,120 @@ def rank_from_queries(
             scored.append((-r, -sim, -s, i, c))
     candidates = sum(1 for i in serving if i in pos)
     scored.sort()
-    if scoring == "weighted" and relevance is not None and relevance_power > 0.0:
-        ask = relevance
-        raw = {item[3]: -item[0] for item in scored} if refine is not None else {}
-        scored = _by_relevance(
-            scored,
-            refine_depth(budget) if refine is not None else budget,
-            lambda items: ask([item[3] for item in items]),  # one read of their texts a batch
-            relevance_power,
-            batch=max(2 * budget, 8),
-            grow=2,
-            ceiling=(lambda items: bound([item[3] for item in items])) if (bound := ceiling) else None,
-        )
-        if refine is not None:
-            scored = _refined(scored, raw, refine([item[3] for item in scored]), relevance_power)
+    text = inputs.text
+    if scoring == "weighted" and text is not None and inputs.relevance_power > 0.0:
+        scored = _with_text(scored, text, budget, inputs.relevance_power)
     top = [
         Ranked(i, -neg_r, int(-neg_s), int(c), -neg_sim) for neg_r, neg_sim, neg_s, i, c in scored[:budget]
     ]
     return top, candidates
+
+
+def _with_text(
+    scored: list[tuple[float, float, float, str, float]], text: TextInputs, budget: int, power: float
+) -> list[tuple[Any, ...]]:
+    """``scored`` (ascending) ranked with the text factor of ``text``, the first B or, when a finer
+    relevance is known, the ``refine_depth(budget)`` first ranked again by it."""
+    task, words = text.task, text.words
+    given = text.relevance
+    refine = text.refined is not None or text.squared is not None
+
+    def first(items: Sequence[tuple[Any, ...]]) -> dict[str, float]:
+        if given is not None:
+            return {item[3]: given.get(item[3], 0.0) for item in items}
+        return {item[3]: text_relevance(task, words.get(item[3], ())) for item in items}
+
+    bound = text.ceiling
+    if bound is None and text.held is not None and given is None:
+        bound = word_ceiling(task, text.held, words)
+    raw = {item[3]: -item[0] for item in scored} if refine else {}
+    ranked = _by_relevance(
+        scored,
+        refine_depth(budget) if refine else budget,
+        first,
+        power,
+        batch=max(2 * budget, 8),
+        grow=2,
+        ceiling=(lambda items: {item[3]: c for item in items if (c := cap.get(item[3])) is not None})
+        if (cap := bound) is not None
+        else None,
+    )
+    if not refine:
+        return ranked
+    ids = [item[3] for item in ranked]
+    finer = text.refined
+    if finer is None:
+        squared = text.squared
+        assert squared is not None
+        if isinstance(squared, SquaredIdf):  # weighed now, the words of the few refined
+            for f in task:
+                squared[f]
+            for i in ids:
+                for f in words.get(i, ()):
+                    squared[f]
+        task_norm2 = sum(squared.get(f, 0.0) for f in task)
+        finer = {i: idf_relevance(task, words.get(i, ()), squared, task_norm2) for i in ids}
+    return _refined(ranked, raw, finer, power)
+
+
+class _SizeBound(Mapping[str, float]):
+    """``word_ceiling``: each candidate's bound, computed when asked, from its set's size alone."""
+
+    __slots__ = ("_by_size", "_held", "_size", "_words")
+
+    def __init__(self, size: int, held: int, words: Mapping[str, Collection[int]]) -> None:
+        self._size, self._held, self._words = size, held, words
+        self._by_size: dict[int, float] = {0: 0.0}
+
+    def __getitem__(self, key: str) -> float:
+        b = self.get(key)
+        if b is None:
+            raise KeyError(key)
+        return float(b)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        words = self._words.get(key)
+        if words is None:
+            return default
+        m = len(words)
+        b = self._by_size.get(m)
+        if b is None:
+            b = self._by_size[m] = min(self._held, m) / math.sqrt(self._size * m)
+        return b
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._words)
+
+    def __len__(self) -> int:
+        return len(self._words)
+
+
+class SquaredIdf(dict[int, float]):
+    """The squared IDF weight of each word (``idf``) from how many of ``total`` texts hold it
+    (``counts``; a word it lacks is held by none), computed when first looked up (``squared[f]``)
+    and kept: a caller may keep one across rankings while the counts stand. ``get`` answers for
+    the words looked up so far."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self, total: int, counts: Mapping[int, int]) -> None:
+        super().__init__()
+        self.total, self.counts = total, counts
+
+    def __missing__(self, key: int) -> float:
+        w = self[key] = idf(self.counts.get(key, 0), self.total) ** 2
+        return w
+
+
+def word_ceiling(
+    task: Collection[int], held: int, words: Mapping[str, Collection[int]]
+) -> Mapping[str, float]:
+    """A bound on the cosine of each candidate's word set with the task's (``text_relevance``), from
+    the set's size and ``held``, how many of the task's words some insight of the namespace holds:
+    min(held, |I|) / √(|T|·|I|) (a candidate whose set is not known has none)."""
+    if not task:
+        return {}
+    return _SizeBound(len(task), held, words)
 
 
 def support(candidate: Candidate, expanded: Collection[str]) -> int:
@@ -464,9 +589,12 @@ __all__ = [
     "Candidate",
     "Expansion",
     "Ranked",
+    "RankingInputs",
     "ScoredInsight",
     "Scoring",
     "ServingInsight",
+    "SquaredIdf",
+    "TextInputs",
     "candidates_from_queries",
     "conflict",
     "conflict_penalized_score",
@@ -478,4 +606,5 @@ __all__ = [
     "refine_depth",
     "support",
     "with_queries",
+    "word_ceiling",
 ]

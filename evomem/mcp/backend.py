@@ -78,6 +78,13 @@ class ControlOut(BaseModel):
     status: str = Field(description="accepted: the workers apply it in order with the reported events")
 
 
+class ReviewsOut(BaseModel):
+    namespace: str
+    reviews: list[dict[str, Any]] = Field(
+        description="each held edit: review_id, state, op, insight_id, text, reason, event_id, ..."
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Served:
     namespace: str
@@ -230,6 +237,26 @@ class ToolBackend:
         self.on_report()
         action = "pin" if pinned else "unpin"
         return ControlOut(request_id=request_id, namespace=node.namespace, action=action, status="accepted")
+
+    def reviews(self, principal: Principal, namespace: str | None, state: str | None) -> ReviewsOut:
+        ns = self.namespace_for(principal, namespace)
+        items = self.memory.reviews(ns, state=state)
+        return ReviewsOut(namespace=ns, reviews=[i.as_dict() for i in items])
+
+    def review(
+        self,
+        principal: Principal,
+        review_id: str,
+        approve: bool,
+        namespace: str | None = None,
+        reason: str | None = None,
+    ) -> ControlOut:
+        ns = self.namespace_for(principal, namespace)
+        call = self.memory.approve if approve else self.memory.reject
+        request_id = call(review_id, namespace=ns, by=f"mcp:{principal.name}"[:128], reason=reason)
+        self.on_report()
+        action = "approve" if approve else "reject"
+        return ControlOut(request_id=request_id, namespace=ns, action=action, status="accepted")
 
     def event(self, principal: Principal, event_id: str) -> EventState:
         """The state of a reported event; another tenant's event does not exist for this caller."""

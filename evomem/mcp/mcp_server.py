@@ -1,6 +1,6 @@
 """``evomem mcp``: the memory as a Model Context Protocol server (the official ``mcp`` SDK), over stdio
 or streamable HTTP, with its tools — retrieve insights, report an outcome, inspect an insight, and
-the operator's two: revert edits, pin an insight.
+the operator's: revert edits, pin an insight, list and decide the edits held for review.
 
 Over HTTP every request carries a bearer token checked exactly as the HTTP service checks it (the
 same ``TokenAuth``); the SDK binds each MCP session to the token that opened it. Over stdio the
@@ -35,6 +35,7 @@ from evomem.mcp.backend import (
     InsightOut,
     ReportOut,
     RetrieveOut,
+    ReviewsOut,
     ToolBackend,
     VerdictIn,
     describe,
@@ -108,6 +109,16 @@ class Tools:
         )
         server.add_tool(
             self.pin_insight,
+            annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False),
+            structured_output=True,
+        )
+        server.add_tool(
+            self.list_reviews,
+            annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+            structured_output=True,
+        )
+        server.add_tool(
+            self.review_edit,
             annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False),
             structured_output=True,
         )
@@ -222,6 +233,41 @@ class Tools:
         principal = self.caller(ctx)
         out = _run(lambda: self.backend.pin(principal, insight_id, pinned, reason))
         return _result(f"{out.action} accepted: request {out.request_id}", out)
+
+    def list_reviews(
+        self,
+        ctx: Context[Any, Any],
+        namespace: Annotated[
+            str | None, Field(description="default: the one this connection is bound to")
+        ] = None,
+        state: Annotated[
+            Literal["pending", "approved", "rejected"] | None, Field(description="none: every state")
+        ] = "pending",
+    ) -> Annotated[CallToolResult, ReviewsOut]:
+        """The edits a namespace under review holds for a decision: what each would do and why it
+        was held."""
+        principal = self.caller(ctx)
+        out = _run(lambda: self.backend.reviews(principal, namespace, state))
+        text = "\n".join(
+            f"{r['review_id']} {r['state']}: {r['op']} {r['insight_id'] or r['new_id']} ({r['reason']})"
+            for r in out.reviews
+        )
+        return _result(text or f"no edits held in namespace {out.namespace}", out)
+
+    def review_edit(
+        self,
+        ctx: Context[Any, Any],
+        review_id: Annotated[str, Field(min_length=1, max_length=128, description="list_reviews' id")],
+        approve: Annotated[bool, Field(description="true: apply the edit (once); false: reject it")],
+        namespace: Annotated[
+            str | None, Field(description="default: the one this connection is bound to")
+        ] = None,
+        reason: str | None = None,
+    ) -> Annotated[CallToolResult, ControlOut]:
+        """Approve (apply once) or reject an edit held for review; the first decision stands."""
+        principal = self.caller(ctx)
+        out = _run(lambda: self.backend.review(principal, review_id, approve, namespace, reason))
+        return _result(f"{out.action} accepted: request {out.request_id} in namespace {out.namespace}", out)
 
     def inspect_insight(
         self,

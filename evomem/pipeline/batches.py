@@ -18,6 +18,7 @@ from evomem.core.ports import EditStore, EventLog
 from evomem.errors import TransientError
 from evomem.logs import bound, get_logger
 from evomem.pipeline.consolidate import ConsolidationReport, Consolidator
+from evomem.pipeline.sweep import SweepClock, sweep_stale
 from evomem.settings import Settings
 
 log = get_logger("evomem.worker")
@@ -42,6 +43,7 @@ class ConsolidationWorker:
         self.consumer = consumer
         self._observe = observe
         self._on_close = on_close
+        self._sweeps = SweepClock(settings.stale_sweep_s, consolidator.graph)
 
     @property
     def graph(self) -> EditStore:
@@ -90,6 +92,8 @@ class ConsolidationWorker:
         """Batches until the stream is empty or ``budget_s`` is spent."""
         total = ConsolidationReport()
         deadline = time.monotonic() + budget_s
+        if self._sweeps.due():  # stale insights: requests on the stream, applied with the events
+            sweep_stale(self.consolidator.graph, self.stream, self.consolidator.resolve)
         while time.monotonic() < deadline:
             report = self.run_batch(block_ms)
             if report.events == 0:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -73,11 +73,15 @@ class Projector:
         link_k: int = 5,
         persist_every_s: float = 0.0,
         on_new_insights: Callable[[Mapping[str, list[str]]], None] | None = None,
+        on_queries_changed: Callable[[Collection[EventKey]], None] | None = None,
     ):
         self.link_k = link_k
         # told the texts of the insights new to the index, by namespace, just before it writes them
         # (the retriever keeps its word counts until then: ``Retriever.insights_added``)
         self.on_new_insights = on_new_insights
+        # told the queries whose change it projected, once the index holds them (the retriever
+        # keeps their neighbours until then: ``Retriever.queries_changed``)
+        self.on_queries_changed = on_queries_changed
         self.graph = graph
         self.index = index
         self.embedder = embedder
@@ -143,6 +147,8 @@ class Projector:
             seen = latest[c.kind]
             seen[ref] = max(seen.get(ref, 0), c.version)
         report.queries += self._project_queries(latest["query"])
+        if latest["query"] and self.on_queries_changed is not None:
+            self.on_queries_changed(list(latest["query"]))
         report.insights += self._project_insights(latest["insight"])
 
     def _skip(self, change: Change, reason: str) -> None:

@@ -10,7 +10,6 @@ still be served have their text read (for their relevance to the task, and to se
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import uuid
@@ -20,6 +19,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+
+import numpy as np
 
 from evomem.core.embedding import (
     calibrated,
@@ -40,17 +41,20 @@ from evomem.core.ports import (
     VectorIndex,
 )
 from evomem.core.retrieval import (
+    RankingInputs,
     ScoredInsight,
     ServingInsight,
+    SquaredIdf,
+    TextInputs,
     expand_neighbours,
     idf,
     idf_relevance,
     rank_from_queries,
-    text_relevance,
     with_queries,
 )
 from evomem.errors import TransientError
 from evomem.logs import get_logger
+from evomem.pipeline.query_graph import QueryGraphCache
 from evomem.results import Retrieval
 from evomem.settings import Settings
 from evomem.timings import stage
@@ -71,20 +75,18 @@ COUNT_WORDS_RETRY_S = 30.0
 class WordWeights:
     """The squared IDF weights text relevance weighs words by, for one namespace while it holds
     ``total`` insights, from its word counts (``RetrievalGraph.word_counts``: how many of its
-    insights hold each word), read as candidates come; and each insight's own sum of them, by id
-    (its text never changes). Every change of a word's count comes with a change of ``total`` (a
-    node created, or a recount, which sets both), so what it holds is exact while ``total`` reads
-    the same: a retriever keeps one per namespace across retrievals and starts a new one when the
-    count moves (``Retriever._word_weights``)."""
+    insights hold each word), read as candidates come. Every change of a word's count comes with a
+    change of ``total`` (a node created, or a recount, which sets both), so what it holds is exact
+    while ``total`` reads the same: a retriever keeps one per namespace across retrievals and
+    starts a new one when the count moves (``Retriever._word_weights``)."""
 
-    __slots__ = ("graph", "namespace", "norms", "squared", "total")
+    __slots__ = ("graph", "namespace", "squared", "total")
 
     def __init__(self, graph: RetrievalGraph, namespace: str, total: int) -> None:
         self.graph = graph
         self.namespace = namespace
         self.total = total
         self.squared: dict[int, float] = {}
-        self.norms: dict[str, float] = {}
 
     @classmethod
     def read(
@@ -128,20 +130,6 @@ class WordWeights:
         """``idf_relevance`` of one word set, its features held."""
         return idf_relevance(task, words, self.squared, task_norm2)
 
-    def relevances(
-        self, task: set[int], sets: dict[str, Collection[int]], task_norm2: float
-    ) -> dict[str, float]:
-        """``idf_relevance`` of each insight's word set, by id, every feature held; each insight's
-        own sum of squared weights is kept by id (its text never changes)."""
-        squared, norms = self.squared, self.norms
-        out: dict[str, float] = {}
-        for i, words in sets.items():
-            own = norms.get(i)
-            if own is None:
-                own = norms[i] = sum(squared[f] for f in words)
-            out[i] = idf_relevance(task, words, squared, task_norm2, own)
-        return out
-
 
 class WordTable:
     """Every word count of one namespace, kept whole by a retrieval process whose projector tells it
@@ -150,7 +138,7 @@ class WordTable:
     read) before the next retrieval weighs any; every other count is as the store holds it, since a
     count only moves when an insight holding the word is created."""
 
-    __slots__ = ("_lock", "counts", "graph", "namespace", "pending", "weights")
+    __slots__ = ("_lock", "_squared", "counts", "graph", "namespace", "pending", "weights")
 
     def __init__(self, graph: RetrievalGraph, namespace: str) -> None:
         self.graph = graph
@@ -158,6 +146,7 @@ class WordTable:
         self.counts: dict[int, int] = {}
         self.pending: set[int] = set()  # words of insights announced since the counts were read
         self.weights: WordWeights | None = None
+        self._squared: SquaredIdf | None = None  # the weights of ``counts`` as they stand, kept
         self._lock = threading.Lock()
 
     def load(self, limit: int) -> bool:
@@ -180,16 +169,22 @@ class WordTable:
         with self._lock:
             self.pending.update(features)
 
-    def weights_for(self, features: Iterable[int]) -> WordWeights | None:
-        """The weights of ``features``, the announced words read first; None when the store's
-        counts were found incomplete meanwhile (the table is then of no use)."""
+    def squared(self) -> SquaredIdf | None:
+        """The squared IDF weights of the namespace's words, the announced words read first; None
+        when the store's counts were found incomplete meanwhile (the table is then of no use). Each
+        weight is computed when first asked for and kept while the counts stand."""
         if self.pending and not self._refresh():
             return None
         weights = self.weights
         if weights is None:
             return None
-        weights.hold(self.counts, features)
-        return weights
+        if (
+            self._squared is None
+            or self._squared.total != weights.total
+            or self._squared.counts is not self.counts
+        ):
+            self._squared = SquaredIdf(weights.total, self.counts)
+        return self._squared
 
     def _refresh(self) -> bool:
         with self._lock:
@@ -210,6 +205,7 @@ class WordTable:
                 self.counts.pop(f, None)
         # a new object: a retrieval on another thread keeps the one it holds whole
         self.weights = WordWeights(self.graph, self.namespace, total)
+        self._squared = None
         return True
 
 
@@ -247,6 +243,10 @@ class Retriever:
         self.vector_tag = (
             embedder_name(embedder) if embedder.kind == "dense" and settings.embedding_carry else None
         )
+        #: the characters that vector adds to a record (the tag, then float16 bytes in base64)
+        self.record_vector_chars = (
+            0 if self.vector_tag is None else len(self.vector_tag) + 1 + 4 * -(-2 * embedder.dim // 3)
+        )
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
         # reads whole word tables (``_load_word_table``), one at a time, off the retrieval path
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-words")
@@ -268,6 +268,10 @@ class Retriever:
         # process's projector): the kept weights are then used without reading the namespace's
         # count of insights each retrieval
         self.words_announced = False
+        # the query graph's adjacency, kept while this process's projector tells it of every query
+        # that changed (``queries_changed``; ``queries_announced``), else read from Redis each time
+        self.query_graph = QueryGraphCache(graph, settings.read_model_queries)
+        self.queries_announced = False
 
     def similar_queries(self, namespace: str, query: str, k: int | None = None) -> list[str]:
         vector = self.embedder.embed([query])[0]
@@ -303,9 +307,10 @@ class Retriever:
                     self.index.search_evidence(vector, namespace, s.evidence_search, k, found, about)
                 )
         with stage("expand"):
+            neighbours = self.query_graph.neighbours if self.queries_announced else self.graph.neighbours
             expansion = expand_neighbours(
                 [h.id for h in hits],
-                lambda ids: self.graph.neighbours(namespace, ids),
+                lambda ids: neighbours(namespace, ids),
                 s.hops if hops is None else hops,
                 similarity=[h.score for h in hits],
             )  # Eq. 3-4
@@ -319,31 +324,23 @@ class Retriever:
             active, heirs = self.index.serving_ids(namespace, named)  # Eq. 7: active, supported in Q̃ˢ
         with stage("rank"):
             texts: dict[str, ServingInsight] = {}
-            # a dense embedder's text relevance is the calibrated cosine of the task and the insight
-            # (a passage), which knows meanings; the word sets' cosine of the hashing embedder knows
-            # words only, and with a dense embedder marks down the insight worded unlike the task
-            dense = self.embedder.kind == "dense" and not isinstance(vector, Mapping)
-            lexical_idf = s.relevance == "idf" and not dense
+            text = None
+            if s.scoring == "weighted" and s.relevance_power > 0:
+                text = self._text_inputs(vector, task_words, namespace, [*active, *heirs], texts, s.relevance)
             top, candidates = rank_from_queries(
-                supports,
-                {q: h.harms for q, h in evidence.items()},
-                active,
-                heirs,
-                expansion.weights,
-                s.lambda_,
-                budget or s.budget,
-                scoring=s.scoring,
-                power=s.similarity_power,
-                relevance=(
-                    None
-                    if s.relevance_power <= 0
-                    else self._dense_relevance(vector, namespace, texts)
-                    if dense
-                    else self._relevance(task_words, namespace, texts)
-                ),
-                relevance_power=s.relevance_power,
-                refine=self._idf_relevance(task_words, namespace, texts) if lexical_idf else None,
-                ceiling=self._ceiling(task_words, namespace) if lexical_idf else None,
+                RankingInputs(
+                    supports,
+                    {q: h.harms for q, h in evidence.items()},
+                    active,
+                    heirs,
+                    expansion.weights,
+                    s.lambda_,
+                    budget or s.budget,
+                    scoring=s.scoring,
+                    power=s.similarity_power,
+                    relevance_power=s.relevance_power,
+                    text=text,
+                )
             )  # Eq. 8-10
             texts.update(self.index.read_insights(namespace, [r.id for r in top if r.id not in texts]))
             ranked = [
@@ -438,131 +435,103 @@ class Retriever:
                     cache[i] = words
         return sets
 
-    def _relevance(
-        self, task: set[int], namespace: str, texts: dict[str, ServingInsight]
-    ) -> Callable[[Sequence[str]], dict[str, float]]:
-        """How much each candidate's text is about the task (``task``: its word 1-2-gram set): the
-        cosine of their word sets (``text_relevance``). An insight's text never changes, so its set
-        is kept by id; the texts not kept yet are read in one batch, and left in ``texts`` for
-        serving."""
-
-        def rel(ids: Sequence[str]) -> dict[str, float]:
-            sets = self._word_sets(namespace, ids, texts)
-            return {i: text_relevance(task, words) for i, words in sets.items()}
-
-        return rel
+    def _text_inputs(
+        self,
+        vector: Vector,
+        task: set[int],
+        namespace: str,
+        ids: Sequence[str],
+        texts: dict[str, ServingInsight],
+        relevance: str,
+    ) -> TextInputs:
+        """What the ranking weighs each candidate's text with, gathered for every candidate: with a
+        dense embedder, the calibrated cosine of the task's vector and the insight's as a passage
+        (which knows meanings: the word sets' cosine, which knows words only, would mark down the
+        insight worded unlike the task); else the word 1-2-gram sets (``_word_sets``) and, for
+        ``relevance=idf``, the squared IDF weights of their words among the namespace's insights
+        (``_squared_weights``) with how many of the task's words some insight holds (a bound on each
+        candidate's cosine, known from its namespace's ``WordTable``)."""
+        if self.embedder.kind == "dense" and not isinstance(vector, Mapping):
+            return TextInputs(relevance=self._dense_relevance(vector, namespace, ids, texts))
+        sets = self._word_sets(namespace, ids, texts)
+        frozen = frozenset(task)
+        if relevance != "idf":
+            return TextInputs(frozen, sets)
+        squared, held = self._squared_weights(namespace, task, sets)
+        return TextInputs(frozen, sets, squared, held)
 
     def _dense_relevance(
-        self, vector: Vector, namespace: str, texts: dict[str, ServingInsight]
-    ) -> Callable[[Sequence[str]], dict[str, float]]:
-        """How much each candidate's text is about the task with a dense embedder: the calibrated
-        cosine of the task's vector and the insight's as a passage, on the embedder's relevance
-        floor (``embedder_relevance_floor``: its EMBEDDING_FLOOR unless EMBEDDING_RELEVANCE_FLOOR
-        says otherwise). The projector embedded each
-        insight through the same embedder, whose cache keeps it by text, so a candidate is
-        embedded again only once the cache has dropped it."""
-        task = list(vector)  # a dense vector: a sequence of floats
+        self, vector: Vector, namespace: str, ids: Sequence[str], texts: dict[str, ServingInsight]
+    ) -> dict[str, float]:
+        """The calibrated cosine of the task's dense vector with each candidate's text as a passage,
+        on the embedder's relevance floor (``embedder_relevance_floor``: its EMBEDDING_FLOOR unless
+        EMBEDDING_RELEVANCE_FLOOR says otherwise). The projector embedded each insight through the
+        same embedder, whose cache keeps it by text, so a candidate is embedded again only once the
+        cache has dropped it."""
+        missing = [i for i in ids if i not in texts]
+        if missing:
+            texts.update(self.index.read_insights(namespace, missing))
+        known = [i for i in ids if i in texts]
+        if not known:
+            return {}
+        vectors = np.asarray(embed_passages(self.embedder, [texts[i].text for i in known]), dtype=np.float64)
+        dots = vectors @ np.asarray(list(vector), dtype=np.float64)  # a dense vector: floats
+        floor = self.relevance_floor
+        return {i: calibrated(float(d), floor) for i, d in zip(known, dots.tolist(), strict=True)}
 
-        def rel(ids: Sequence[str]) -> dict[str, float]:
-            missing = [i for i in ids if i not in texts]
-            if missing:
-                texts.update(self.index.read_insights(namespace, missing))
-            known = [i for i in ids if i in texts]
-            vectors = embed_passages(self.embedder, [texts[i].text for i in known])
-            out = {}
-            for i, v in zip(known, vectors, strict=True):
-                dot = sum(a * b for a, b in zip(task, v, strict=False))
-                out[i] = calibrated(float(dot), self.relevance_floor)
-            return out
-
-        return rel
-
-    def _ceiling(self, task: set[int], namespace: str) -> Callable[[Sequence[str]], dict[str, float]] | None:
-        """A bound on the cosine of each candidate's word set whose set is kept, from its size and
-        how many of the task's words any insight of the namespace holds (its ``WordTable``):
-        min(held, |I|) / √(|T|·|I|). The candidates it shows cannot reach the top are not weighed
-        (``rank_from_queries``); None until the namespace's table is kept."""
+    def _squared_weights(
+        self, namespace: str, task: set[int], sets: Mapping[str, Collection[int]]
+    ) -> tuple[Mapping[int, float] | None, int | None]:
+        """The squared IDF weights of the task's words and of the candidates', and how many of the
+        task's words some insight of the namespace holds (None unless its whole ``WordTable`` is
+        kept). None and None while the namespace's counts are incomplete (they are then counted in
+        the background) or Redis is unreachable (the retrieval fails open to the plain cosine)."""
         table = self._word_tables.get(namespace)
-        if table is None or table.weights is None or not task:
-            return None
-        held, size = table.holding(task), len(task)
-        get = self._text_features.get
-        by_size: dict[int, float] = {0: 0.0}  # the bound depends on |I| alone
+        held = table.holding(task) if table is not None and table.weights is not None and task else None
+        try:
+            squared = self._word_weights_for(namespace, task, sets)
+        except TransientError:
+            return None, None
+        if squared is None:
+            self._count_words_later(namespace)
+            return None, None
+        return squared, held
 
-        def bound(ids: Sequence[str]) -> dict[str, float]:
-            out: dict[str, float] = {}
-            for i in ids:
-                words = get(i)
-                if words is not None:
-                    m = len(words)
-                    b = by_size.get(m)
-                    if b is None:
-                        b = by_size[m] = min(held, m) / math.sqrt(size * m)
-                    out[i] = b
-            return out
-
-        return bound
-
-    def _idf_relevance(
-        self, task: set[int], namespace: str, texts: dict[str, ServingInsight]
-    ) -> Callable[[Sequence[str]], dict[str, float]]:
-        """The cosine of the word sets with each word weighed by its IDF among the namespace's
-        insights (``EVOMEM_RELEVANCE=idf``: ``idf_relevance``), for the few candidates the plain
-        cosine ranks first (``refine_depth``): one read of the namespace's word counts (its count
-        of insights, and the counts of the words not held yet: ``WordWeights``). The plain cosine
-        while the counts are incomplete (they are then counted in the background) or Redis is
-        unreachable (the retrieval fails open)."""
-
-        def refine(ids: Sequence[str]) -> dict[str, float]:
-            sets = self._word_sets(namespace, ids, texts)
-            weights: WordWeights | None = None
-            try:
-                weights = self._word_weights_for(namespace, [*task, *(f for w in sets.values() for f in w)])
-            except TransientError:
-                pass
-            else:
-                if weights is None:
-                    self._count_words_later(namespace)
-            if weights is None:
-                return {i: text_relevance(task, words) for i, words in sets.items()}
-            return weights.relevances(task, sets, sum(weights.squared[f] for f in task))
-
-        return refine
-
-    def _word_weights_for(self, namespace: str, features: Sequence[int]) -> WordWeights | None:
-        """The namespace's word weights for ``features``. Told of every new insight
-        (``words_announced``), from its whole table of counts (``WordTable``), which reads nothing
-        until an insight is added, while the namespace's words fit ``WORD_TABLE``; otherwise kept
-        across retrievals while its count of insights stays the same (``WordWeights``). At most
-        ``text_cache`` insights' own sums are kept, and as many namespaces as the tenancy cache
-        keeps settings."""
+    def _word_weights_for(
+        self, namespace: str, task: Iterable[int], sets: Mapping[str, Collection[int]]
+    ) -> Mapping[int, float] | None:
+        """The squared weights of the namespace's words, for the task's words and those of the
+        word sets ``sets``. Told of every new insight (``words_announced``), from its whole table
+        of counts (``WordTable``), which reads nothing until an insight is added, while the
+        namespace's words fit ``WORD_TABLE``; otherwise read as met and kept across retrievals
+        while its count of insights stays the same (``WordWeights``), for as many namespaces as
+        the tenancy cache keeps settings."""
         if self.words_announced and namespace not in self._no_table and self.settings.word_table > 0:
             table = self._word_tables.get(namespace)
             if table is None:
                 self._load_word_table(namespace)  # in the background: words are read as met meanwhile
             elif table.weights is not None:  # else still being read
-                weights = table.weights_for(features)
-                if weights is not None and len(table.counts) <= self.settings.word_table:
-                    if len(weights.norms) > self.settings.text_cache:
-                        weights.norms.clear()
-                    return weights
+                squared = table.squared()
+                if squared is not None and len(table.counts) <= self.settings.word_table:
+                    if len(squared) > self.settings.word_table:
+                        squared.clear()
+                    return squared
                 with self._text_lock:  # the store's counts were reset, or grew past WORD_TABLE
                     if self._word_tables.get(namespace) is table:
                         del self._word_tables[namespace]
-                    if weights is not None:
+                    if squared is not None:
                         self._without_table(namespace)
+        features = [*task, *(f for words in sets.values() for f in words)]
         held = self._word_weights.get(namespace)
         if held is not None and self.words_announced:
             held.load(features)
-            return held
+            return held.squared
         weights = WordWeights.read(self.graph, namespace, features, held)
         if weights is not None and weights is not held:
             if len(self._word_weights) >= self.settings.tenancy_cache_entries:
                 self._word_weights.clear()
             self._word_weights[namespace] = weights
-        if weights is not None and len(weights.norms) > self.settings.text_cache:
-            weights.norms.clear()
-        return weights
+        return None if weights is None else weights.squared
 
     def _load_word_table(self, namespace: str) -> None:
         """Start reading a namespace's whole word counts in the background (``_read_word_table``),
@@ -623,6 +592,11 @@ class Retriever:
             if table is not None:
                 table.added(f for text in new for f in word_features(text))
 
+    def queries_changed(self, refs: Collection[tuple[str, str]]) -> None:
+        """Queries changed in the store, by (namespace, id), their new version in the index: their
+        edges moved, and those of their neighbours (``QueryGraphCache.changed``)."""
+        self.query_graph.changed(refs)
+
     def _count_words_later(self, namespace: str) -> None:
         """Count the words of a namespace whose counts are incomplete (its insights were written by
         an evomem that did not keep them), in a thread of its own, at most once per
@@ -645,8 +619,9 @@ class Retriever:
 
     # -- the word-set cache --------------------------------------------------------------------------
     def warm(self, stop: threading.Event | None = None) -> int:
-        """Fill the word-set cache from the index's active insights, up to ``EVOMEM_TEXT_CACHE``,
-        never evicting what retrievals put there; returns the entries added. At a million insights
+        """Fill the index's read model (``EVOMEM_READ_MODEL_*``, on the embedded index), then the
+        word-set cache from the index's active insights, up to ``EVOMEM_TEXT_CACHE``, never evicting
+        what retrievals put there; returns the word sets added. At a million insights
         on this project's store the ranking stage otherwise reads each candidate's text from disk
         on first use (bench/README, "The word-set cache"). Runs in the caller's thread;
         ``start_warming`` runs it in the background."""
@@ -654,6 +629,13 @@ class Retriever:
         added = 0
         started = time.perf_counter()
         try:
+            # the index's read model first (its queries' evidence, its insights' state), if it has one
+            if (warm_index := getattr(self.index, "warm_read_model", None)) is not None:
+                warm_index(stop)
+            if self.queries_announced:  # and the query graph's adjacency
+                self.query_graph.warm(
+                    ((ns, self.graph.query_ids(ns)) for ns in self.graph.namespaces()), stop
+                )
             for page in self.index.scan_insights(WARM_BATCH):
                 if (stop is not None and stop.is_set()) or len(cache) >= capacity:
                     break

@@ -14,6 +14,7 @@ from typing import Any, Self
 
 from evomem.core.embedding import embedder_floor, embedder_name, embedder_relevance_floor
 from evomem.core.ports import VectorIndex
+from evomem.core.review import review_item
 from evomem.errors import (
     ConfigError,
     EvomemError,
@@ -28,6 +29,7 @@ from evomem.pipeline.event_state import canonical_event_id, event_state
 from evomem.pipeline.lookback import audit_retrieval
 from evomem.pipeline.project import FollowerState, Projector
 from evomem.pipeline.retrieve import Retriever
+from evomem.pipeline.sweep import SweepClock, sweep_stale
 from evomem.results import (
     ConsolidationReport,
     EventState,
@@ -35,6 +37,7 @@ from evomem.results import (
     LineageStep,
     Retrieval,
     RetrievalAudit,
+    ReviewItem,
 )
 from evomem.runtime import Runtime, open_runtime
 from evomem.sdk.calls import build_control, build_event, check_namespace, check_retrieve_args
@@ -75,6 +78,7 @@ class LocalBackend:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self._sweeps = SweepClock(runtime.settings.stale_sweep_s, runtime.graph)
 
     @classmethod
     def open(cls, settings: Settings | None = None, *, index: bool = True) -> Self:
@@ -155,7 +159,11 @@ class LocalBackend:
             self.runtime.quotas.charge_retrieval(namespace)
             if as_of is not None:
                 return self.runtime.retrieve_as_of(query, namespace, as_of, top_k=top_k, budget=budget)
-            return self.retriever.retrieve(query, namespace, top_k=top_k, budget=budget)
+            r = self.retriever.retrieve(query, namespace, top_k=top_k, budget=budget)
+            self.runtime.quotas.charge_record(
+                namespace, query, r.similar, [i.id for i in r.insights], self.retriever.record_vector_chars
+            )
+            return r
 
     def report(
         self,
@@ -193,7 +201,14 @@ class LocalBackend:
 
     def _consolidate(self, max_events: int | None) -> ConsolidationReport:
         rt = self.runtime
-        total = ConsolidationReport()
+        total = self._drain(max_events, ConsolidationReport())
+        # the staleness sweep's requests, applied at once like the events (evomem.pipeline.sweep)
+        if self._sweeps.due() and sweep_stale(rt.graph, rt.events, rt.consolidator.resolve):
+            total = self._drain(None, total)
+        return total
+
+    def _drain(self, max_events: int | None, total: ConsolidationReport) -> ConsolidationReport:
+        rt = self.runtime
         while max_events is None or total.events < max_events:
             count = BATCH if max_events is None else min(BATCH, max_events - total.events)
             entries = rt.events.claim_stale(rt.consumer, rt.settings.claim_idle_ms, count)
@@ -345,6 +360,40 @@ class LocalBackend:
         request_id: str | None = None,
     ) -> str:
         return self._control("unpin", namespace, by, reason, request_id, insight_id=insight_id)
+
+    # -- the review queue (evomem.core.review) --------------------------------------------------------
+    def reviews(self, namespace: str = "default", state: str | None = "pending") -> list[ReviewItem]:
+        """The edits held for review in a namespace, oldest first: the pending ones, or those in
+        ``state`` (``approved``, ``rejected``; None: all)."""
+        with _inputs():
+            found = self.runtime.graph.reviews(check_namespace(namespace))
+        items = [review_item(r) for r in found]
+        return [i for i in items if state is None or i.state == state]
+
+    def approve(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Apply a held edit, once (approved twice: applied once); returns the request id at once,
+        applied with the events (``consolidate``). A rejected edit stays rejected."""
+        return self._control("approve", namespace, by, reason, request_id, review_id=review_id)
+
+    def reject(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Drop a held edit: its insight stays as it is. An approved edit stays approved."""
+        return self._control("reject", namespace, by, reason, request_id, review_id=review_id)
 
     def _control(
         self,

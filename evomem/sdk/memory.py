@@ -17,6 +17,7 @@ from evomem.results import (
     LineageStep,
     Retrieval,
     RetrievalAudit,
+    ReviewItem,
 )
 from evomem.sdk.protocol import Backend
 from evomem.sdk.remote import RemoteBackend
@@ -180,6 +181,40 @@ class Memory:
         """Let verdicts archive or revise a pinned insight again."""
         return self.backend.unpin(
             insight_id, namespace=namespace, by=by, reason=reason, request_id=request_id
+        )
+
+    # -- the review queue (a namespace with the setting ``review``) ------------------------------------
+    def reviews(self, namespace: str = "default", state: str | None = "pending") -> list[ReviewItem]:
+        """The edits held for review in a namespace, oldest first (``state``: pending, approved,
+        rejected; None: all)."""
+        return self.backend.reviews(namespace, state)
+
+    def approve(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Apply a held edit, once; returns the request id at once, applied with the events."""
+        return self.backend.approve(
+            review_id, namespace=namespace, by=by, reason=reason, request_id=request_id
+        )
+
+    def reject(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Drop a held edit: its insight stays as it is."""
+        return self.backend.reject(
+            review_id, namespace=namespace, by=by, reason=reason, request_id=request_id
         )
 
     def event(self, event_id: str, namespace: str | None = None) -> EventState:

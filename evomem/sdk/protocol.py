@@ -14,6 +14,7 @@ from evomem.results import (
     LineageStep,
     Retrieval,
     RetrievalAudit,
+    ReviewItem,
 )
 from schemas import TaskEvent
 
@@ -81,6 +82,28 @@ class Backend(Protocol):
         insight_id: str,
         *,
         namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    def reviews(self, namespace: str = "default", state: str | None = "pending") -> list[ReviewItem]: ...
+
+    def approve(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    def reject(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
         by: str | None = None,
         reason: str | None = None,
         request_id: str | None = None,

@@ -38,6 +38,7 @@ from evomem.results import (
     LineageStep,
     Retrieval,
     RetrievalAudit,
+    ReviewItem,
     ScoredInsight,
     ServedRecord,
     SimilarQuery,
@@ -243,6 +244,22 @@ class Calls:
         body = {k: v for k, v in {"reason": reason, "request_id": request_id}.items() if v is not None}
         return str((yield Request("POST", f"{path}/{action}", json.dumps(body)))["request_id"])
 
+    @staticmethod
+    def reviews(namespace: str, state: str | None) -> Call[list[ReviewItem]]:
+        query = urllib.parse.urlencode({"namespace": namespace, "state": state or "all"})
+        doc = yield Request("GET", f"/v1/reviews?{query}")
+        return [ReviewItem(**r) for r in doc["reviews"]]
+
+    @staticmethod
+    def review(
+        action: str, review_id: str, namespace: str, reason: str | None, request_id: str | None
+    ) -> Call[str]:
+        build_control(action, namespace, "remote", review_id=review_id, reason=reason, request_id=request_id)
+        body = {"namespace": namespace, "reason": reason, "request_id": request_id}
+        path = f"/v1/reviews/{_quoted('review', review_id)}/{action}"
+        doc = yield Request("POST", path, json.dumps({k: v for k, v in body.items() if v is not None}))
+        return str(doc["request_id"])
+
 
 def answer(response: httpx.Response) -> dict[str, Any]:
     """The document of a 2xx answer; the SDK's error for any other."""
@@ -401,6 +418,31 @@ class RemoteBackend:
         request_id: str | None = None,
     ) -> str:
         return self._run(Calls.pin("unpin", insight_id, namespace, reason, request_id))
+
+    def reviews(self, namespace: str = "default", state: str | None = "pending") -> list[ReviewItem]:
+        return self._run(Calls.reviews(namespace, state))
+
+    def approve(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return self._run(Calls.review("approve", review_id, namespace, reason, request_id))
+
+    def reject(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return self._run(Calls.review("reject", review_id, namespace, reason, request_id))
 
     def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:
         """The HTTP API shows past queries by id only: no texts."""

@@ -110,6 +110,38 @@ class PinRequest(_Body):
     )
 
 
+class ReviewDecisionRequest(_Body):
+    """Approve or reject an edit held for review in ``namespace``; the first decision stands."""
+
+    namespace: Namespace = "default"
+    reason: Annotated[str, Field(max_length=MAX_INSIGHT_CHARS)] | None = None
+    request_id: uuid.UUID | None = Field(
+        None, description="made by the client: the same id twice is one request"
+    )
+
+
+class ReviewItemBody(_Body):
+    review_id: str
+    namespace: str
+    state: str = Field(description="pending | approved | rejected")
+    op: str
+    insight_id: str | None
+    new_id: str | None
+    text: str | None
+    event_id: str
+    decided_by_controller: str
+    reason: str = Field(description="why the edit was held")
+    held_at: str
+    decided_by: str | None = None
+    decided_at: str | None = None
+    note: str | None = None
+    applied_event_id: str | None = Field(None, description="approved: the event it was applied as")
+
+
+class ReviewsResponse(_Body):
+    reviews: list[ReviewItemBody]
+
+
 class ControlAccepted(_Body):
     request_id: str
     entry_id: str = Field(
@@ -268,6 +300,34 @@ ROUTES: tuple[RouteSpec, ...] = (
         "let verdicts archive or revise a pinned insight again",
         status=202,
         request=PinRequest,
+        response=ControlAccepted,
+        errors=(401, 403, 404, 408, 413, 415, 422, 503),
+    ),
+    RouteSpec(
+        "GET",
+        "/v1/reviews",
+        "reviews",
+        "the edits held for review in a namespace (?namespace=, ?state=pending|approved|rejected|all)",
+        response=ReviewsResponse,
+        errors=(401, 403, 422, 503),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/reviews/{id}/approve",
+        "approve",
+        "apply an edit held for review, once",
+        status=202,
+        request=ReviewDecisionRequest,
+        response=ControlAccepted,
+        errors=(401, 403, 404, 408, 413, 415, 422, 503),
+    ),
+    RouteSpec(
+        "POST",
+        "/v1/reviews/{id}/reject",
+        "reject",
+        "drop an edit held for review: its insight stays as it is",
+        status=202,
+        request=ReviewDecisionRequest,
         response=ControlAccepted,
         errors=(401, 403, 404, 408, 413, 415, 422, 503),
     ),

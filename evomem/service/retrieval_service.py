@@ -5,12 +5,14 @@ projector)."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from evomem.core.review import review_item
 from evomem.errors import EvomemError, InvalidEventError, NotFoundError, StoreError, TransientError
 from evomem.logs import bind, get_logger
 from evomem.pipeline.consolidate import check_target
@@ -29,6 +31,9 @@ from evomem.service.api import (
     RetrieveRequest,
     RetrieveResponse,
     RevertRequest,
+    ReviewDecisionRequest,
+    ReviewItemBody,
+    ReviewsResponse,
     ServedInsight,
     Staleness,
 )
@@ -48,6 +53,8 @@ class _View:
 
 
 STALENESS_CACHE_S = 0.1
+#: What a review id may hold (``schemas.models.ReviewId``).
+REVIEW_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 #: How often a probe pings a Redis that stopped answering, to learn it is back.
 PROBE_EVERY_S = 0.2
 
@@ -168,6 +175,14 @@ class RetrievalService:
             degraded = (
                 "redis unreachable: no query-graph expansion, and this retrieval id cannot be reported on"
             )
+        if body.as_of is None and degraded is None:  # a retrieval record was written
+            self.runtime.quotas.charge_record(
+                body.namespace,
+                body.query,
+                r.similar,
+                [i.id for i in r.insights],
+                retriever.record_vector_chars,
+            )
         bind(retrieval_id=r.id)
         self.metrics.served_insights(len(r.insights), degraded is not None)
         return RetrieveResponse(
@@ -273,6 +288,29 @@ class RetrievalService:
         fields = body.model_dump()
         return self._control(
             build_control(action, node.namespace, principal.name, insight_id=insight_id, **fields)
+        )
+
+    # -- the review queue --------------------------------------------------------------------------
+    def reviews(self, principal: Principal, namespace: str, state: str) -> ReviewsResponse:
+        namespace = check_namespace(namespace)
+        principal.check(namespace)
+        if state not in ("pending", "approved", "rejected", "all"):
+            raise InvalidEventError("state", "one of pending, approved, rejected, all")
+        found = [review_item(r) for r in self.runtime.graph.reviews(namespace)]
+        return ReviewsResponse(
+            reviews=[ReviewItemBody.model_validate(i.as_dict()) for i in found if state in ("all", i.state)]
+        )
+
+    def review(
+        self, principal: Principal, review_id: str, body: ReviewDecisionRequest, action: str
+    ) -> ControlAccepted:
+        bind(namespace=body.namespace)
+        principal.check(body.namespace)  # another tenant's namespace: 403; its review ids: 404
+        if not REVIEW_ID.fullmatch(review_id):  # no edit is held under an id that cannot be one
+            raise NotFoundError(f"no edit held for review {review_id!r} in namespace {body.namespace!r}")
+        fields = body.model_dump(exclude={"namespace"})
+        return self._control(
+            build_control(action, body.namespace, principal.name, review_id=review_id, **fields)
         )
 
     def _control(self, request: ControlRequest) -> ControlAccepted:

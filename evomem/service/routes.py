@@ -26,7 +26,15 @@ from starlette.routing import Route
 from evomem import timings
 from evomem.errors import TransientError
 from evomem.logs import adopt, bind, bound, carried, get_logger
-from evomem.service.api import ROUTES, PinRequest, RetrieveRequest, RevertRequest, RouteSpec, openapi
+from evomem.service.api import (
+    ROUTES,
+    PinRequest,
+    RetrieveRequest,
+    RevertRequest,
+    ReviewDecisionRequest,
+    RouteSpec,
+    openapi,
+)
 from evomem.service.auth import Principal
 from evomem.service.http_errors import (
     CLOSE_AFTER,
@@ -102,6 +110,9 @@ class Api:
             "revert": self._revert,
             "pin": self._pin,
             "unpin": self._pin,
+            "reviews": self._reviews,
+            "approve": self._review,
+            "reject": self._review,
             "healthz": self._health,
             "metrics": self._metrics,
             "openapi": self._openapi_doc,
@@ -349,6 +360,29 @@ class Api:
         def work() -> bytes:
             request = PinRequest.model_validate_json(body or b"{}")
             return _dump(self.service.pin(principal, insight_id, request, action))
+
+        return _json(202, await self._off_loop(work, self._hot, call.record))
+
+    async def _reviews(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, params = call.principal, call.request.query_params
+        namespace, state = params.get("namespace", "default"), params.get("state", "pending")
+        return _json(
+            200,
+            await self._off_loop(
+                lambda: _dump(self.service.reviews(principal, namespace, state)), self._cold, call.record
+            ),
+        )
+
+    async def _review(self, call: _Call) -> Response:
+        assert call.principal is not None
+        principal, body = call.principal, call.body
+        review_id = call.request.path_params["id"]
+        action = call.request.url.path.rsplit("/", 1)[-1]  # approve | reject
+
+        def work() -> bytes:
+            request = ReviewDecisionRequest.model_validate_json(body or b"{}")
+            return _dump(self.service.review(principal, review_id, request, action))
 
         return _json(202, await self._off_loop(work, self._hot, call.record))
 

@@ -68,6 +68,40 @@ def test_two_rewordings_in_one_batch_make_one_insight(memory: Memory) -> None:
     assert sorted(n.text for n in memory.insights(NS)) == sorted([ORIGINAL, DIFFERENT])
 
 
+def test_a_text_is_confirmed_only_against_insights_sharing_one_of_its_buckets() -> None:
+    held = duplicates.Buckets()
+    held.add("i-original", ORIGINAL, duplicates.bands(ORIGINAL))
+    held.add("i-different", DIFFERENT, duplicates.bands(DIFFERENT))
+    assert [k.id for k in held.sharing(duplicates.bands(REWORDED))] == ["i-original"]
+    assert held.sharing(duplicates.bands(REWORDED), but="i-original") == []
+    # a vector as similar as can be, under buckets the text does not share: never a candidate
+    held.add("i-elsewhere", REWORDED, ["99:00000000"])
+    assert {k.id for k in held.sharing(duplicates.bands(REWORDED))} == {"i-original"}
+
+
+def test_one_batch_of_many_proposals_keeps_the_twins_of_batches_of_one(open_memory_factory: Any) -> None:
+    """Within a batch, each text is compared with what shares its buckets, as when it comes alone."""
+    texts = [
+        ORIGINAL,
+        REWORDED,
+        DIFFERENT,
+        *(f"For task {i}: look record {i} up before answering." for i in range(8)),
+    ]
+    texts += [ORIGINAL.replace("Always", "Please always"), DIFFERENT + " Then compare them."]
+    shapes = []
+    mem = open_memory_factory()
+    for batch in (len(texts), 1):
+        ns = f"{NS}-{batch}"
+        for i, text in enumerate(texts):
+            mem.report(None, namespace=ns, query=f"task {i}", status="resolved", proposed_insight=text)
+            if i % batch == batch - 1:
+                mem.consolidate()
+        mem.consolidate()
+        shapes.append(sorted((n.text, len(n.positive)) for n in mem.insights(ns)))
+    assert shapes[0] == shapes[1]
+    assert len(shapes[0]) < len(texts)  # some of them were repeats
+
+
 def test_a_revision_that_repeats_another_active_insight_revises_into_it(memory: Memory) -> None:
     memory.report(
         None, namespace=NS, query="Verify: Mohra is a truck", status="resolved", proposed_insight=ORIGINAL

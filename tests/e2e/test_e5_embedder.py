@@ -90,6 +90,23 @@ def test_the_task_vector_travels_with_the_retrieval_record_to_another_replica(tm
             replica.close()
 
 
+def test_the_record_bytes_quota_counts_the_carried_vector(tmp_path: Path) -> None:
+    from evomem.adapters.redis.quotas import retrieval_record_bytes
+
+    with Memory.open_local(settings(tmp_path, "e5")) as mem:
+        teach(mem)
+        r = mem.retrieve("I forgot the secret I log in with", "it")
+        retriever = mem.runtime.retriever
+        assert retriever is not None
+        retriever.flush()
+        stored = mem.runtime.redis.strlen(keys.retrieval("it", r.id))
+        estimate = retrieval_record_bytes(
+            r.query, r.similar, [i.id for i in r.insights], retriever.record_vector_chars
+        )
+        assert retriever.record_vector_chars > 1000  # 384 float16 values in base64
+        assert abs(estimate - stored) <= stored / 10
+
+
 def test_a_store_of_another_embedder_is_refused_until_reindexed(tmp_path: Path) -> None:
     with Memory.open_local(settings(tmp_path, "hashing")) as mem:
         teach(mem)

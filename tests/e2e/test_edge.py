@@ -126,6 +126,17 @@ def _status(sock: socket.socket) -> int:
     return int(data.split()[1])
 
 
+def _answer_or_close(sock: socket.socket) -> int:
+    """The status the server answers on ``sock`` before it closes it; 0 if it closes it silently."""
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return int(data.split()[1]) if data.startswith(b"HTTP/1.1 ") else 0
+
+
 def _closed(sock: socket.socket) -> bool:
     try:
         while chunk := sock.recv(65536):
@@ -314,3 +325,41 @@ def test_mcp_in_front_of_a_token_service_forwards_each_callers_token(
         thread.join(timeout=15)
         mcp.close()
         service.stop()
+
+
+def test_a_crowd_of_refused_and_idle_connections_writes_a_few_log_lines_not_one_each(
+    make_edge: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """1,100 idle sockets once wrote 44 MB of log in 10 s: refusals are counted and logged at most
+    every 10 s, and idle or half-sent connections closed by a deadline log nothing each."""
+    import logging
+
+    edge = make_edge(
+        http_max_connections=30,
+        http_max_connections_per_client=10,
+        http_head_timeout_s=0.5,
+        http_idle_timeout_s=1.0,
+    )
+    with caplog.at_level(logging.DEBUG):
+        crowd = []
+        for _ in range(200):
+            try:
+                crowd.append(edge.connect(source="127.0.0.3"))
+            except OSError:
+                continue
+        for sock in crowd[:5]:
+            _send_all(sock, _head(edge))  # half-sent heads, timed out by the head deadline
+        answers = [_answer_or_close(s) for s in crowd]  # each refused, or closed by a deadline
+        # past the cap: 503 at accept; under it (a slot freed by a deadline admits one waiting in
+        # the backlog): closed silently once idle, or 408 for a half-sent head
+        assert answers.count(503) >= 100 and set(answers) <= {0, 408, 503}, answers
+        with httpx.Client(timeout=10) as http:  # another client is served meanwhile
+            body = RETRIEVE if edge.path != "/mcp" else json.dumps(INIT).encode()
+            response = http.post(
+                edge.url, content=body, headers={**MCP_HEADERS, "Authorization": "Bearer tok-alpha"}
+            )
+        assert response.status_code == 200, response.text
+    lines = [r for r in caplog.records if r.levelno >= logging.INFO]
+    refused = [r for r in lines if "edge.refused" in r.getMessage()]
+    assert refused, [r.getMessage() for r in lines]
+    assert len(lines) <= 10, [r.getMessage()[:200] for r in lines]

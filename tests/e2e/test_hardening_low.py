@@ -201,3 +201,47 @@ def test_another_tenants_insight_costs_the_same_reads_as_a_missing_one(
         return int(after - before)
 
     assert commands(victim_id) == commands("no-such-insight")
+
+
+@pytest.mark.parametrize(("promote_at", "open_shards"), [(1000, 64), (2, 4)])
+def test_new_namespaces_cost_the_retrieval_process_no_thread_for_good(
+    tmp_path: Path, promote_at: int, open_shards: int
+) -> None:
+    """Each embedded shard runs a thread: a namespace of its own per tenant cost one, for good. Small
+    namespaces share the shared shards' threads, and promoted ones hold at most ``open_shards``."""
+    import gc
+
+    from evomem.adapters.qdrant.edge import EdgeIndex
+    from evomem.core.hashing import HashingEmbedder
+    from evomem.core.ports import QueryPoint
+    from tests.support.pipeline_helpers import wait_for
+
+    def threads() -> int:
+        return len(os.listdir("/proc/self/task"))  # the native threads too
+
+    embedder = HashingEmbedder()
+    index = EdgeIndex(tmp_path / "qdrant", "sparse", 0, promote_at=promote_at, open_shards=open_shards)
+    before = threads()  # the store's runtime and its shared shards
+    try:
+        for n in range(40):
+            ns = f"tenant-{n}"
+            texts = [f"claim {i} of {ns}" for i in range(3)]
+            index.write_queries(
+                [
+                    (QueryPoint(f"q{i}", ns, t, "resolved", 1, (f"ins-{n}",), ()), embedder.embed_one(t))
+                    for i, t in enumerate(texts)
+                ]
+            )
+            assert [h.id for h in index.search_queries(embedder.embed_one(texts[1]), ns, 1)] == ["q1"]
+        tiers = index.tiers()
+        assert tiers["promoted_namespaces"] == (40 if promote_at == 2 else 0)
+        # measured: +4 shared, +8 promoted (4 open): a closed shard's thread ends once it is freed
+        bound = (open_shards if promote_at == 2 else 0) + 8
+
+        def bounded() -> bool:
+            gc.collect()
+            return threads() - before <= bound
+
+        wait_for(bounded, 30, f"at most {bound} more threads for 40 namespaces ({threads() - before})")
+    finally:
+        index.close()

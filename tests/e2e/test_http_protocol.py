@@ -471,6 +471,78 @@ def test_retrieval_and_event_byte_quotas_refuse_with_a_quota_error(
         mem.report(None, namespace="beta", query="q", status="failed")  # its own budget
 
 
+def test_retrieval_records_past_their_byte_quota_get_429_with_retry_after(make_server: Any) -> None:
+    """A namespace's retrieval records (kept a day each in a Redis that never evicts) have a bytes
+    quota of their own: long queries are refused with 429 and Retry-After long before the count of
+    retrievals would be, and the retrieval id of each one served can still be reported on."""
+    limit = 20_000  # two records of 8,000-character queries, and a bit
+    server = make_server(tokens=SecretStr(TOKENS), quota_retrieval_bytes_per_minute=limit)
+    long = json.dumps({"query": "v" * 8000, "namespace": "alpha"}).encode()
+    wire = Wire(server)
+    served, refused = [], None
+    for _ in range(7):  # within two one-minute windows at most
+        wire.send(request("POST", "/v1/retrieve", long))
+        status, headers, body = wire.response()
+        if status == 429:
+            refused = headers, json.loads(body)
+            break
+        assert status == 200
+        served.append(json.loads(body)["retrieval_id"])
+    assert refused is not None and len(served) <= 6
+    headers, doc = refused
+    assert 1 <= int(headers["retry-after"]) <= 60
+    assert "bytes of retrieval records" in doc["error"] and "QUOTA_RETRIEVAL_BYTES" in doc["error"]
+    graph = server.service.runtime.graph
+    assert set(graph.load_retrievals([("alpha", r) for r in served])) == {("alpha", r) for r in served}
+    beta = json.dumps({"query": "v" * 8000, "namespace": "beta"}).encode()
+    wire.send(request("POST", "/v1/retrieve", beta, token="tok-beta"))
+    assert wire.response()[0] == 200  # another namespace's quota is its own
+
+
+def test_the_sdk_raises_a_quota_error_past_the_bytes_of_retrieval_records(settings: Settings) -> None:
+    from evomem import QuotaExceededError
+
+    limited = settings.model_copy(update={"quota_retrieval_bytes_per_minute": 20_000})
+    with Memory.open_local(limited) as mem:
+        for _ in range(40):  # short queries: 40 records of under 400 bytes pass
+            mem.retrieve("q", "alpha")
+        with pytest.raises(QuotaExceededError) as err:
+            for _ in range(7):  # within two one-minute windows at most
+                mem.retrieve("v" * 8000, "alpha")
+        assert "bytes of retrieval records" in str(err.value) and err.value.retry_after_s >= 1
+        mem.retrieve("v" * 8000, "beta")  # its own budget
+
+
+@pytest.mark.parametrize(("query", "k", "served"), [("Verify claim 0", 5, 3), ("\u00e9" * 8000, 1000, 100)])
+def test_the_quota_counts_about_the_bytes_a_retrieval_record_takes(
+    redis_client: Any, query: str, k: int, served: int
+) -> None:
+    """What the quota charges for a record is within a tenth of what Redis stores, small or largest."""
+    import uuid
+
+    from evomem import keys
+    from evomem.adapters.redis.graph import RedisGraphStore
+    from evomem.adapters.redis.quotas import retrieval_record_bytes
+    from evomem.core.ports import RetrievalRecord
+
+    similar = tuple(str(uuid.uuid4()) for _ in range(k))
+    insights = tuple(str(uuid.uuid4()) for _ in range(served))
+    record = RetrievalRecord(
+        str(uuid.uuid4()),
+        "alpha",
+        query,
+        similar,
+        insights,
+        tuple(0.812345678901234 for _ in similar),
+        tuple(0.712345678901234 for _ in insights),
+        tuple((1.2345678901234, 12, 3) for _ in insights),
+        "2026-12-07T11:40:00.123456+00:00",
+    )
+    RedisGraphStore(redis_client).save_retrieval(record, 60)
+    stored = redis_client.strlen(keys.retrieval("alpha", record.id))
+    assert abs(retrieval_record_bytes(query, similar, insights) - stored) <= stored / 10
+
+
 def test_a_boolean_is_not_a_number_of_insights(server: EvomemHTTPServer) -> None:
     """``"budget": true`` is refused naming the field, as the OpenAPI document's integer says."""
     for field in ("budget", "top_k"):

@@ -31,6 +31,8 @@ TOOLS = {
     "event_state",
     "revert_edits",
     "pin_insight",
+    "list_reviews",
+    "review_edit",
 }
 TOKENS = "tok-alpha=alpha;tok-beta=beta"
 WAIT_S = 60.0
@@ -204,6 +206,10 @@ def test_stdio_process_serves_its_token_namespace_only(
             text = await refused(client, "report_outcome", status="resolved", query="x", namespace="beta")
             assert "may not use namespace 'beta'" in text
             text = await refused(client, "revert_edits", since="2020-01-01T00:00:00+00:00", namespace="beta")
+            assert "may not use namespace 'beta'" in text
+            text = await refused(client, "list_reviews", namespace="beta")
+            assert "may not use namespace 'beta'" in text
+            text = await refused(client, "review_edit", review_id="r-1", approve=True, namespace="beta")
             assert "may not use namespace 'beta'" in text
 
     anyio.run(run)

@@ -154,3 +154,76 @@ def test_the_import_command_says_one_line_exits_2_and_takes_a_bom(
     assert "1 insights" in out
     code, _, err = cli("import", "--namespace", "beta", str(good))
     assert code == 2 and "namespace 'alpha' is not one of" in err
+
+
+def test_an_export_that_fails_midway_leaves_no_truncated_file(
+    memory: Memory, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``evomem export -o FILE`` writes aside and renames once whole: a store failing halfway
+    leaves the file as it was (here: absent, then the last good export) and says so in one line."""
+    from evomem.errors import StoreError
+    from evomem.pipeline import export as export_module
+
+    _lesson(memory, "alpha", "Verify: Mohra is a car", "Check the vehicle class.")
+    _lesson(memory, "alpha", "Verify: Rex is a dog", "Check the animal's species.")
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "memory.jsonl"
+    whole = export_module.export
+
+    def failing(graph: Any, namespaces: Any) -> Any:
+        for n, record in enumerate(whole(graph, namespaces)):
+            if n == 2:
+                raise StoreError("redis went away")
+            yield record
+
+    monkeypatch.setattr(export_module, "export", failing)
+    code, _, err = cli("export", "-o", str(out))
+    assert code != 0 and "redis went away" in err and err.count("\n") == 1
+    assert list(out.parent.iterdir()) == []
+    monkeypatch.setattr(export_module, "export", whole)
+    assert cli("export", "-o", str(out))[0] == 0
+    good = out.read_text()
+    assert good.count("\n") >= 3
+    monkeypatch.setattr(export_module, "export", failing)
+    assert cli("export", "-o", str(out))[0] != 0
+    assert out.read_text() == good and [p.name for p in out.parent.iterdir()] == ["memory.jsonl"]
+
+
+def test_an_import_cut_off_halfway_announces_what_it_wrote_and_completes_when_run_again(
+    memory: Memory, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis lost after some records are written: each node written is on the change feed (an index
+    learns of it, none is left in Redis unserved), and importing the file again completes it."""
+    from evomem.adapters.redis import importer
+
+    _lesson(memory, "alpha", "Verify: Mohra is a car", "Check the vehicle class.")
+    _lesson(memory, "alpha", "Verify: Rex is a dog", "Check the animal's species.")
+    records = _exported(memory, "alpha")
+    redis_client.flushdb()
+    nodes = [r for r in records if r.get("kind") in ("query", "insight")]
+    real_put, calls = importer._put, []
+
+    def cut_off(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == len(nodes):
+            raise redis.ConnectionError("connection lost")
+        return real_put(*args, **kwargs)
+
+    monkeypatch.setattr(importer, "_put", cut_off)
+    with pytest.raises(redis.ConnectionError):
+        import_jsonl(redis_client, _lines(records))
+    announced = {
+        (f[b"kind"].decode(), f[b"id"].decode()) for _, f in redis_client.xrange(keys.CHANGES_STREAM)
+    }
+    in_redis = {
+        i
+        for i in (r["id"] for r in nodes if r["kind"] == "insight")
+        if redis_client.exists(keys.insight("alpha", i))
+    }
+    assert 0 < len(in_redis) < 3 and {("insight", i) for i in in_redis} <= announced
+    monkeypatch.setattr(importer, "_put", real_put)
+    counts = import_jsonl(redis_client, _lines(records))
+    assert counts["skipped"] == len(nodes) - 1 and counts["queries"] + counts["insights"] == 1
+    assert sorted(memory.graph.insight_ids("alpha")) == sorted(
+        r["id"] for r in nodes if r["kind"] == "insight"
+    )

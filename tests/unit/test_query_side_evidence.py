@@ -21,7 +21,13 @@ from evomem.adapters.memory.graph import InMemoryGraphStore
 from evomem.adapters.memory.index import InMemoryIndex
 from evomem.core.editing import plan_edits
 from evomem.core.hashing import HashingEmbedder
-from evomem.core.retrieval import Candidate, candidates_from_queries, rank_from_queries, rank_insights
+from evomem.core.retrieval import (
+    Candidate,
+    RankingInputs,
+    candidates_from_queries,
+    rank_from_queries,
+    rank_insights,
+)
 from evomem.pipeline.project import Projector
 from evomem.settings import ALLOWED_OPERATIONS
 from schemas import AddDecision, ControllerDecision, InsightEdit, TaskEvent
@@ -111,7 +117,8 @@ def test_the_query_side_gives_the_candidates_and_scores_of_the_whole_evidence_se
         served = rank_insights(_from_read_model(index, expanded), expanded, lam, 10)
         assert served == exact
         # and what the retriever ranks with: the query-side sums, without a candidate per insight
-        top, _ = rank_from_queries(*_read_model(index, expanded), dict.fromkeys(expanded, 1.0), lam, 10)
+        inputs = RankingInputs(*_read_model(index, expanded), dict.fromkeys(expanded, 1.0), lam, 10)
+        top, _ = rank_from_queries(inputs)
         assert [(r.id, r.score, r.support, r.conflict) for r in top] == [
             (i.id, i.score, i.support, i.conflict) for i in exact
         ]

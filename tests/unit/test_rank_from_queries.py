@@ -1,8 +1,8 @@
 """The retrieval path ranks with ``rank_from_queries``: Eq. 7-10 summed from the query side, without
-a candidate object per insight and with texts read only for the few that can be served. It must
-serve exactly what the reference, ``rank_insights(candidates_from_queries(...))``, serves — the
-functions the equation tests check against the paper — on any evidence, inheritance, weights,
-scoring, λ, budget and text relevance.
+a candidate object per insight, from one value (``RankingInputs``) and calling nothing back, with the
+text factor weighed only for the few that can be served. It must serve exactly what the reference,
+``rank_insights(candidates_from_queries(...))``, serves — the functions the equation tests check
+against the paper — on any evidence, inheritance, weights, scoring, λ, budget and text relevance.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from evomem.core.retrieval import (
+    RankingInputs,
     ServingInsight,
+    TextInputs,
     candidates_from_queries,
     rank_from_queries,
     rank_insights,
@@ -87,29 +89,50 @@ def reference(w: Mapping[str, object]) -> list[tuple[str, float, int, int, float
     return [(i.id, i.score, i.support, i.conflict, i.similarity) for i in ranked]
 
 
+class Asked(dict[str, float]):
+    """Relevances by id that note which ids the ranking looked up."""
+
+    def __init__(self, values: Mapping[str, float], asked: list[str]) -> None:
+        super().__init__(values)
+        self.asked = asked
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.asked.append(key)
+        return super().get(key, default)
+
+
+def ranking(
+    supports: Mapping[str, Sequence[str]],
+    harms: Mapping[str, Sequence[str]],
+    active: set[str],
+    heirs: Mapping[str, tuple[str, ...]],
+    weights: Mapping[str, float],
+    lam: float,
+    budget: int,
+    **options: Any,
+) -> RankingInputs:
+    text = options.pop("text", None)
+    return RankingInputs(supports, harms, active, heirs, weights, lam, budget, text=text, **options)
+
+
 def fast(w: Mapping[str, object]) -> tuple[list[tuple[str, float, int, int, float]], int, list[str]]:
     rel: Mapping[str, float] = w["relevance"]  # type: ignore[assignment]
-    cap: Mapping[str, float] | None = w["ceiling"]  # type: ignore[assignment]
     asked: list[str] = []
-
-    def relevance(ids: Sequence[str]) -> dict[str, float]:
-        asked.extend(ids)
-        return {i: rel[i] for i in ids}
-
+    text = TextInputs(relevance=Asked(rel, asked), refined=w["refine"], ceiling=w["ceiling"])  # type: ignore[arg-type]
     top, n = rank_from_queries(
-        w["supports"],  # type: ignore[arg-type]
-        w["harms"],  # type: ignore[arg-type]
-        w["active"],  # type: ignore[arg-type]
-        w["heirs"],  # type: ignore[arg-type]
-        w["weights"],  # type: ignore[arg-type]
-        w["lam"],  # type: ignore[arg-type]
-        w["budget"],  # type: ignore[arg-type]
-        scoring=w["scoring"],  # type: ignore[arg-type]
-        power=w["power"],  # type: ignore[arg-type]
-        relevance=relevance,
-        relevance_power=w["relevance_power"],  # type: ignore[arg-type]
-        refine=(lambda ids: {i: finer[i] for i in ids}) if (finer := w["refine"]) is not None else None,  # type: ignore[index]
-        ceiling=None if cap is None else (lambda ids: {i: cap[i] for i in ids if i in cap}),
+        ranking(
+            w["supports"],  # type: ignore[arg-type]
+            w["harms"],  # type: ignore[arg-type]
+            w["active"],  # type: ignore[arg-type]
+            w["heirs"],  # type: ignore[arg-type]
+            w["weights"],  # type: ignore[arg-type]
+            w["lam"],  # type: ignore[arg-type]
+            w["budget"],  # type: ignore[arg-type]
+            scoring=w["scoring"],
+            power=w["power"],
+            relevance_power=w["relevance_power"],
+            text=text,
+        )
     )
     return [(r.id, r.score, r.support, r.conflict, r.similarity) for r in top], n, asked
 
@@ -135,22 +158,9 @@ def test_relevance_is_asked_for_the_few_that_can_still_be_served() -> None:
     weights = dict.fromkeys(supports, 1.0)
     active = {f"i{m}" for m in range(40)}
     asked: list[str] = []
-
-    def relevance(ids: Sequence[str]) -> dict[str, float]:
-        asked.extend(ids)
-        return dict.fromkeys(ids, 1.0)
-
+    text = TextInputs(relevance=Asked(dict.fromkeys(active, 1.0), asked))
     top, n = rank_from_queries(
-        supports,
-        {},
-        active,
-        {},
-        weights,
-        1.0,
-        2,
-        scoring="weighted",
-        relevance=relevance,
-        relevance_power=1.0,
+        ranking(supports, {}, active, {}, weights, 1.0, 2, scoring="weighted", relevance_power=1.0, text=text)
     )
     assert [r.id for r in top] == ["i39", "i38"] and n == 40
     assert 0 < len(asked) <= 8
@@ -170,7 +180,7 @@ def test_a_finer_relevance_ranks_again_the_first_that_the_first_relevance_finds(
     finer = {i: rng.choice([0.0, 0.1, 0.4, 0.9]) for i in ids}
     budget = rng.randint(1, 4)
     plain, _ = rank_from_queries(
-        supports, {}, set(ids), {}, weights, 1.0, len(ids), scoring="weighted", power=3.0
+        ranking(supports, {}, set(ids), {}, weights, 1.0, len(ids), scoring="weighted", power=3.0)
     )
     raw = {r.id: r for r in plain}
 
@@ -185,9 +195,10 @@ def test_a_finer_relevance_ranks_again_the_first_that_the_first_relevance_finds(
     shortlist = sorted(raw, key=order(first))[: refine_depth(budget)]
     expected = sorted(shortlist, key=order(finer))[:budget]
     top, _ = rank_from_queries(
-        supports, {}, set(ids), {}, weights, 1.0, budget, scoring="weighted", power=3.0,
-        relevance=lambda b: {i: first[i] for i in b}, relevance_power=2.0,
-        refine=lambda b: {i: finer[i] for i in b},
+        ranking(
+            supports, {}, set(ids), {}, weights, 1.0, budget, scoring="weighted", power=3.0,
+            relevance_power=2.0, text=TextInputs(relevance=first, refined=finer),
+        )
     )  # fmt: skip
     assert [r.id for r in top] == expected
 
@@ -203,15 +214,12 @@ def test_a_candidate_its_ceiling_shows_cannot_reach_the_top_is_not_asked_about()
 
     def ranked(ceiling: float | None) -> tuple[list[str], list[str]]:
         asked: list[str] = []
-
-        def relevance(ids: Sequence[str]) -> dict[str, float]:
-            asked.extend(ids)
-            return {i: rel[i] for i in ids}
-
+        cap = None if ceiling is None else {i: max(rel[i], ceiling) for i in rel}
         top, _ = rank_from_queries(
-            supports, {}, active, {}, weights, 1.0, 2, scoring="weighted",
-            relevance=relevance, relevance_power=2.0,
-            ceiling=None if ceiling is None else (lambda ids: {i: max(rel[i], ceiling) for i in ids}),
+            ranking(
+                supports, {}, active, {}, weights, 1.0, 2, scoring="weighted", relevance_power=2.0,
+                text=TextInputs(relevance=Asked(rel, asked), ceiling=cap),
+            )
         )  # fmt: skip
         return [r.id for r in top], asked
 
@@ -219,3 +227,42 @@ def test_a_candidate_its_ceiling_shows_cannot_reach_the_top_is_not_asked_about()
     bounded, asked_bounded = ranked(0.1)
     assert plain == bounded == ["i0", "i1"]
     assert len(asked_bounded) == 8 and len(asked_plain) == 40
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_text_factor_from_word_sets_is_the_cosine_and_the_idf_cosine_of_those_sets(seed: int) -> None:
+    """Given the word sets (and the word weights), the ranking weighs each candidate by
+    ``text_relevance`` of its set and refines by ``idf_relevance``: the same ranking as with those
+    numbers given outright; and the bound from how many task words some insight holds changes
+    nothing."""
+    import random
+
+    from evomem.core.retrieval import SquaredIdf, idf_relevance, text_relevance
+
+    rng = random.Random(seed)
+    weights = {f"q{n}": rng.choice([0.3, 0.6, 0.9, 1.0]) for n in range(12)}
+    ids = [f"i{n}" for n in range(30)]
+    supports = {q: tuple(rng.sample(ids, rng.randint(1, 6))) for q in weights}
+    task = frozenset(rng.sample(range(40), 8))
+    words = {i: frozenset(rng.sample(range(40), rng.randint(0, 10))) for i in ids}
+    counts = {f: rng.randint(0, 30) for f in range(40)}
+    squared = SquaredIdf(30, counts)  # each weight computed when first looked up
+    every = {f: squared[f] for f in range(40)}
+    norm2 = sum(every[f] for f in task)
+    first = {i: text_relevance(task, words[i]) for i in ids}
+    finer = {i: idf_relevance(task, words[i], every, norm2) for i in ids}
+    held = sum(1 for f in task if counts[f] > 0)
+    budget = rng.randint(1, 4)
+
+    def served(text: TextInputs) -> list[str]:
+        top, _ = rank_from_queries(
+            ranking(supports, {}, set(ids), {}, weights, 1.0, budget, scoring="weighted", power=3.0,
+                    relevance_power=2.0, text=text)
+        )  # fmt: skip
+        return [r.id for r in top]
+
+    expected = served(TextInputs(relevance=first, refined=finer))
+    assert served(TextInputs(task, words, SquaredIdf(30, counts))) == expected
+    assert served(TextInputs(task, words, SquaredIdf(30, counts), held)) == expected
+    assert served(TextInputs(task, words, every, held)) == expected
+    assert served(TextInputs(task, words)) == served(TextInputs(relevance=first))

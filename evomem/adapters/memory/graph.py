@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -35,7 +36,9 @@ from evomem.core.ports import (
     RetrievalRecord,
     StoredDecision,
 )
+from evomem.core.review import HeldEdit, Review, ReviewDecision
 from evomem.core.rollback import Snapshot
+from evomem.core.staleness import ServedCounts
 from evomem.errors import InvalidEventError
 from schemas import InsightNode, QueryNode
 
@@ -62,6 +65,9 @@ class _Insight:
     revised_from: str | None = None
     revised_to: str | None = None
     pinned: bool = False
+    served: int = 0  # reported tasks it was served to (what staleness reads)
+    helped: int = 0  # of those, the ones whose event credited it (KEEP)
+    served_at: datetime | None = None
 
     def freeze(self) -> InsightNode:
         return InsightNode(
@@ -123,6 +129,9 @@ class InMemoryGraphStore:
         self._applied_log: list[tuple[str, str, datetime]] = []  # (namespace, event id, at), in order
         self._controls: dict[EventKey, ControlResult] = {}  # (namespace, request id) -> its result
         self._reverted: set[EventKey] = set()  # (namespace, edit key) of every edit reverted
+        self._held: dict[EventKey, HeldEdit] = {}  # (namespace, review id) -> the edit held
+        self._swept: float | None = None  # when the last staleness sweep was claimed
+        self._review_decisions: dict[EventKey, ReviewDecision] = {}
 
     # -- writes ------------------------------------------------------------------------------
     def apply(self, plan: EditPlan) -> ApplyResult:
@@ -161,6 +170,13 @@ class InMemoryGraphStore:
                         at,
                     )
                 )
+            helped = {o.insight_id for o in outcomes if o.op == "KEEP" and o.outcome != "rejected"}
+            for served in plan.retrieved if plan.served else ():  # what staleness reads (apply.lua)
+                node = self._node(plan, served)
+                if node is not None:
+                    node.served += 1
+                    node.served_at = plan.at
+                    node.helped += served in helped
             if plan.status == "resolved":
                 linked = [
                     o.new_id for o in outcomes if o.outcome in ("added", "revised", "merged") and o.new_id
@@ -489,6 +505,8 @@ class InMemoryGraphStore:
                         self._withdraw(node, step.query_id, action.kind == "-neg", step.judged, queries)
                     elif action.kind == "activate" and node.state != "active":
                         node.state, visible = "active", True
+                        if step.outcome == "stale":  # its serves counted afresh, as control.lua does
+                            node.served, node.served_at = 0, plan.at
                     elif action.kind == "archive" and node.state == "active":
                         node.state, visible = "archived", True
                     node.version += 1
@@ -531,6 +549,8 @@ class InMemoryGraphStore:
                             plan.note,
                         )
                     )
+            if plan.action == "retire":
+                pin_changed = self._retire(plan, at, changed)
             for q in sorted(queries):
                 query = self._queries[(ns, q)]
                 query.version += 1
@@ -540,6 +560,82 @@ class InMemoryGraphStore:
             result = ControlResult(plan.request_id, False, reverted, skipped, pin_changed)
             self._controls[(ns, plan.request_id)] = result
             return result
+
+    def _retire(self, plan: ControlPlan, at: str, changed: dict[str, int]) -> bool:
+        """The staleness sweep's archive (control.lua's ``retire``), an edit of its own."""
+        node = self._insights.get(plan.insight_id or "")
+        if (
+            node is None
+            or node.namespace != plan.namespace
+            or node.state != "active"
+            or node.pinned
+            or (plan.expected_version is not None and node.version != plan.expected_version)
+        ):
+            return False
+        node.state = "archived"
+        node.version += 1
+        node.updated_at = plan.at
+        changed[node.id] = node.version
+        self._history.append(
+            EditRecord(plan.request_id, "ARCHIVE", "stale", node.id, None, "", plan.by, at, plan.note)
+        )
+        outcome = EditOutcome("ARCHIVE", node.id, "stale", judged=False)
+        key = (plan.namespace, plan.request_id)
+        self._applied[key] = (ApplyResult(plan.request_id, False, (outcome,), ()), None)
+        self._applied_query[key] = ""
+        self._applied_log.append((plan.namespace, plan.request_id, plan.at))
+        return True
+
+    # -- the review queue and staleness ----------------------------------------------------------
+    def hold(self, held: Sequence[HeldEdit]) -> None:
+        with self._lock:
+            for h in held:
+                self._held.setdefault((h.namespace, h.review_id), h)
+
+    def held_ids(self, namespace: str, review_ids: Collection[str]) -> set[str]:
+        with self._lock:
+            return {i for i in review_ids if (namespace, i) in self._held}
+
+    def reviews(self, namespace: str) -> list[Review]:
+        with self._lock:
+            out = [
+                Review(held=h, decision=self._review_decisions.get(key))
+                for key, h in self._held.items()
+                if key[0] == namespace
+            ]
+        return sorted(out, key=lambda r: (r.held.held_at, r.held.review_id))
+
+    def decide_review(self, namespace: str, review_id: str, decision: ReviewDecision) -> Review | None:
+        with self._lock:
+            held = self._held.get((namespace, review_id))
+            if held is None:
+                return None
+            stands = self._review_decisions.setdefault((namespace, review_id), decision)
+            return Review(held=held, decision=stands)
+
+    def served_records(self, namespace: str) -> list[ServedCounts]:
+        with self._lock:
+            return [
+                ServedCounts(
+                    n.id,
+                    n.state,
+                    n.pinned,
+                    n.version,
+                    n.served,
+                    n.helped,
+                    n.served_at or n.created_at,
+                )
+                for n in self._insights.values()
+                if n.namespace == namespace and n.state == "active"
+            ]
+
+    def claim_sweep(self, every_s: float) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if every_s > 0 and self._swept is not None and now - self._swept < every_s:
+                return False
+            self._swept = now
+            return True
 
     def _withdraw(
         self, node: _Insight, query_id: str, negative: bool, judged: bool, queries: set[str]

@@ -38,9 +38,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,6 +65,7 @@ from evomem.adapters.qdrant.common import (
     sparse_dot,
     top_k_deterministic,
 )
+from evomem.core.lru import Lru
 from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, Vector
 from evomem.core.retrieval import ServingInsight
 from evomem.errors import ConfigError, EvomemError, StoreError, StoreLockedError
@@ -158,6 +160,66 @@ class _Counts:
             df[d] = df.get(d, 0) + 1
 
 
+#: What the read model keeps of a query point: (id, namespace, version, supports, harms).
+_QueryEntry = tuple[str, str, int, tuple[str, ...], tuple[str, ...]]
+#: ... and of an insight point: (id, namespace, version, state, inherits).
+_InsightEntry = tuple[str, str, int, str, tuple[str, ...]]
+_QUERY_FIELDS = ["id", "namespace", "version", "supports", "harms"]
+_INSIGHT_FIELDS = ["id", "namespace", "version", "state", "inherits"]
+
+
+def _held_newer(held: tuple[Any, ...], offered: tuple[Any, ...]) -> bool:
+    return bool(held[2] > offered[2])
+
+
+def _ids(ids: Any) -> tuple[str, ...]:
+    """Node ids as the read model keeps them: one string object per id, however many points name
+    it (an insight's id recurs in the evidence of every query that supports it)."""
+    return tuple(sys.intern(str(i)) for i in ids or ())
+
+
+def _query_entry(q: QueryPoint) -> _QueryEntry:
+    return (sys.intern(q.id), sys.intern(q.namespace), q.version, _ids(q.supports), _ids(q.harms))
+
+
+def _query_entry_of(payload: dict[str, Any]) -> _QueryEntry:
+    return (
+        sys.intern(payload["id"]),
+        sys.intern(payload["namespace"]),
+        int(payload.get("version", 0)),
+        _ids(payload.get("supports")),
+        _ids(payload.get("harms")),
+    )
+
+
+def _insight_entry(n: InsightPoint) -> _InsightEntry:
+    return (sys.intern(n.id), sys.intern(n.namespace), n.version, sys.intern(n.state), _ids(n.inherits))
+
+
+def _insight_entry_of(payload: dict[str, Any]) -> _InsightEntry:
+    return (
+        sys.intern(payload["id"]),
+        sys.intern(payload["namespace"]),
+        int(payload.get("version", 0)),
+        sys.intern(str(payload["state"])),
+        _ids(payload.get("inherits")),
+    )
+
+
+def _keyed_queries(entries: Iterable[_QueryEntry]) -> Iterator[tuple[tuple[str, str], _QueryEntry]]:
+    return (((e[1], e[0]), e) for e in entries)
+
+
+def _query_keyed(payload: dict[str, Any]) -> tuple[tuple[str, str], _QueryEntry]:
+    e = _query_entry_of(payload)
+    return (e[1], e[0]), e
+
+
+def _insight_keyed(payload: dict[str, Any]) -> tuple[str, _InsightEntry]:
+    e = _insight_entry_of(payload)
+    return e[0], e
+
+
 def edge_layout(directory: Path) -> str | None:
     """The layout an embedded store was written in (None: no store there, or no marker)."""
     marker = directory / _LAYOUT_FILE
@@ -196,6 +258,8 @@ class EdgeIndex:
         promote_at: int = 1000,
         open_shards: int = 64,
         df_table: int = 1_048_576,
+        query_cache: int = 262_144,
+        insight_cache: int = 1_048_576,
     ) -> None:
         if shared_shards < 1 or promote_at < 1 or open_shards < 1 or df_table < 0:
             raise ValueError("shared_shards, promote_at and open_shards are at least 1, df_table at least 0")
@@ -238,6 +302,11 @@ class EdgeIndex:
         # a merge): only there does serving look for heirs. This process is the store's one writer,
         # so the set it keeps from its own writes stays a superset of the truth.
         self._with_heirs: set[str] = self._namespaces_with_heirs()
+        # the read model retrieval reads instead of the shards, by node id: each query's evidence
+        # and each insight's state, kept at every write of this process (the shards' one writer)
+        # and on every read of a point it lacked, the least recently used dropped first
+        self.query_cache: Lru[tuple[str, str], _QueryEntry] = Lru(query_cache)  # by (namespace, id)
+        self.insight_cache: Lru[str, _InsightEntry] = Lru(insight_cache)  # by id: one point an id
 
     def _check_layout(self) -> None:
         marker = self.dir / _LAYOUT_FILE
@@ -561,7 +630,10 @@ class EdgeIndex:
         grown: list[tuple[str, Any]] = []
         for namespace, by_point in by_namespace.items():
             shard, shared = self._route(namespace, write=True)
-            new = self._write(shard, by_point, query_payload)
+            new, written = self._write(shard, by_point, query_payload)
+            self.query_cache.offer(
+                _keyed_queries(_query_entry(by_point[pid][0]) for pid in written), _held_newer
+            )
             if shared and new:
                 grown.append((namespace, shard))
                 if self.idf:  # the namespace's counts, if kept, grow with its new points
@@ -654,17 +726,22 @@ class EdgeIndex:
         pairs = latest(points)
         ids = {int_point_id(p.id): (p, v) for p, v in pairs}
         self._with_heirs.update(p.namespace for p, _ in pairs if p.inherits and p.state == "active")
-        self._write(self.insights, ids, insight_payload)
+        _, written = self._write(self.insights, ids, insight_payload)
+        self.insight_cache.offer(
+            ((e[0], e) for e in (_insight_entry(ids[pid][0]) for pid in written)), _held_newer
+        )
 
-    def _write(self, shard: Any, by_point: dict[int, tuple[Any, Vector | None]], payload: Any) -> list[Any]:
+    def _write(
+        self, shard: Any, by_point: dict[int, tuple[Any, Vector | None]], payload: Any
+    ) -> tuple[list[Any], list[int]]:
         """Upsert the points the shard does not hold, set the payload of those it holds at an older
         version, and leave alone those it holds at this version or a newer one. Returns the new
-        points."""
+        points, and the ids of every point written (new or set)."""
         if not by_point:
-            return []
+            return [], []
         fields = ["id", "namespace", "version"]
         held = {r.id: r.payload for r in shard.retrieve(list(by_point), fields, False)}
-        new = []
+        new, written = [], []
         for pid, (p, vec) in by_point.items():
             if (found := held.get(pid)) is not None:
                 if (found["namespace"], found["id"]) != (p.namespace, p.id):
@@ -675,13 +752,15 @@ class EdgeIndex:
                     )
                 if int(found["version"]) < p.version:
                     shard.update(qe.UpdateOperation.set_payload([pid], payload(p)))
+                    written.append(pid)
             elif vec is None:
                 raise ValueError(f"{p.id!r} is not in the index yet and came without a vector")
             else:
                 new.append(qe.Point(pid, self._vector(namespaced(vec, p.namespace)), payload(p)))
+                written.append(pid)
         if new:
             shard.update(qe.UpdateOperation.upsert_points(new))
-        return new
+        return new, written
 
     # -- reads ---------------------------------------------------------------------------------
     def _nearest(
@@ -773,10 +852,11 @@ class EdgeIndex:
 
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
         # ids and scores of a few more than k (past queries of templated tasks often score exactly
-        # alike: the cut must see every tie), then the evidence of the k kept, by id: the evidence
-        # arrays are read for k queries only, and one search suffices unless the tie runs longer.
-        # A promoted namespace's own shard: no filter; a shared one: the namespace's points, the
-        # query weighed by the namespace's IDF
+        # alike: the cut must see every tie), with their stored vectors under IDF (the weight of a
+        # hit is its cosine, not the IDF-weighted product the engine ranks by); the evidence of the
+        # k kept from the read model (``_evidence``). One engine call; the search is repeated wider
+        # only when the tie runs longer. A promoted namespace's own shard: no filter; a shared one:
+        # the namespace's points, the query weighed by the namespace's IDF
         queries, shared = self._route(namespace)
         if queries is None:
             return []
@@ -784,42 +864,44 @@ class EdgeIndex:
         only = [self._match("namespace", namespace)] if shared else []
         ranked_by = self._weights(namespace, queries, probe) if shared else probe
         hits = top_k_deterministic(
-            lambda limit: self._nearest(queries, ranked_by, only, limit, ["id"]),
+            lambda limit: self._nearest(queries, ranked_by, only, limit, ["id"], with_vector=self.idf),
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
         )
-        kept = [(h.payload["id"], float(h.score)) for h in hits if h.score > 0]
-        records = self._read_queries(namespace, [q for q, _ in kept], with_vector=self.idf)
+        kept = [h for h in hits if h.score > 0]
+        evidence = self._evidence(namespace, [h.payload["id"] for h in kept])
         out = []
-        for q, score in kept:
-            if (found := records.get(q)) is None:
+        for h in kept:
+            if (found := evidence.get(h.payload["id"])) is None:
                 continue
-            payload, stored = found
-            if stored is not None:  # ranked by the IDF-weighted product; weighed by the cosine
+            score = float(h.score)
+            if self.idf:  # ranked by the IDF-weighted product; weighed by the cosine
                 assert isinstance(probe, dict)
+                stored = h.vector[VECTOR_NAME]
                 score = sparse_dot(probe, stored.indices, stored.values)
-            out.append(hit_from_payload(payload, score))
+            out.append(QueryHit(found[0], score, found[3], found[4]))
         return out
 
     def query_evidence(self, namespace: str, ids: Collection[str]) -> dict[str, QueryHit]:
-        found = self._read_queries(namespace, ids)
-        return {q: hit_from_payload(payload) for q, (payload, _) in found.items()}
+        return {q: QueryHit(q, 0.0, e[3], e[4]) for q, e in self._evidence(namespace, ids).items()}
 
-    def _read_queries(
-        self, namespace: str, ids: Collection[str], with_vector: bool = False
-    ) -> dict[str, tuple[dict[str, Any], Any]]:
-        """{query id: (its payload, its stored vector or None)} for the ids of the namespace."""
-        queries = self._queries(namespace)
-        if not ids or queries is None:
+    def _evidence(self, namespace: str, ids: Collection[str]) -> dict[str, _QueryEntry]:
+        """{query id: what the read model holds of it} for the ids of the namespace: from
+        ``query_cache``, the points it lacks read from their shard in one call (and kept)."""
+        if not ids:
             return {}
-        pids = [int_query_point_id(namespace, q) for q in ids]
-        records = queries.retrieve(pids, ["id", "namespace", "supports", "harms"], with_vector)
-        out = {}
-        for r in records:
-            payload = r.payload
-            if payload["namespace"] == namespace:
-                out[payload["id"]] = (payload, r.vector[VECTOR_NAME] if with_vector else None)
+        held = self.query_cache.get_many((namespace, q) for q in ids)
+        out = {key[1]: e for key, e in held.items()}
+        missing = [int_query_point_id(namespace, q) for q in ids if q not in out]
+        if missing and (queries := self._queries(namespace)) is not None:
+            wanted = set(ids)
+            records = queries.retrieve(missing, _QUERY_FIELDS, False)
+            entries = [
+                e for r in records if (e := _query_entry_of(r.payload))[1] == namespace and e[0] in wanted
+            ]
+            self.query_cache.offer(_keyed_queries(entries), _held_newer)
+            out.update((e[0], e) for e in entries)
         return out
 
     def serving_ids(
@@ -827,25 +909,25 @@ class EdgeIndex:
     ) -> tuple[set[str], dict[str, tuple[str, ...]]]:
         if not ids:
             return set(), {}
-        by_point = {int_point_id(i): i for i in ids}
-        active = [self._match("namespace", namespace), self._match("state", "active")]
-        # the point ids alone: the filter is answered from the payload indexes, and no payload is
-        # read (at a million insights, reading the text of every candidate was most of a retrieval).
-        # Two reads, not one with ``should`` (id ∨ inherits): the engine evaluates that disjunction
-        # point by point, and for a few dozen ids it took about twice the time of the two
-        named, _ = self.insights.scroll(
-            qe.ScrollRequest(
-                limit=len(by_point) + 1,
-                filter=qe.Filter(must=[*active, qe.HasIdCondition(set(by_point))]),
-                with_payload=False,
-            )
-        )
-        found = {by_point[r.id] for r in named if r.id in by_point}
+        # from the read model (each insight's state, by id); the insights it lacks read by point id
+        # (no text: at a million insights, reading the text of every candidate was most of a
+        # retrieval) and kept
+        held = self.insight_cache.get_many(ids)
+        missing = [int_point_id(i) for i in ids if i not in held]
+        if missing:
+            wanted = ids if isinstance(ids, set | frozenset) else set(ids)
+            records = self.insights.retrieve(missing, _INSIGHT_FIELDS, False)
+            entries = [e for r in records if (e := _insight_entry_of(r.payload))[0] in wanted]
+            self.insight_cache.offer(((e[0], e) for e in entries), _held_newer)
+            held.update((e[0], e) for e in entries)
+        found = {i for i, e in held.items() if e[3] == "active" and e[1] == namespace}
         if namespace not in self._with_heirs:
             return found, {}
+        active = [self._match("namespace", namespace), self._match("state", "active")]
+        # the heirs, from the shard: the read model is by point, and knows no insight by what it inherits
         heirs, _ = self.insights.scroll(
             qe.ScrollRequest(
-                limit=len(by_point) + 1,
+                limit=len(ids) + 1,
                 filter=qe.Filter(must=[*active, qe.FieldCondition("inherits", match=qe.MatchAny(list(ids)))]),
                 with_payload=["id", "inherits"],
             )
@@ -868,6 +950,46 @@ class EdgeIndex:
         conditions = [self._match("namespace", namespace), self._match("state", "active")]
         hits = self._nearest(self.insights, namespaced(vector, namespace), conditions, k, ["id"])
         return [(node_id_of(h), float(h.score)) for h in hits if h.score > 0]
+
+    def warm_read_model(self, stop: threading.Event | None = None, batch: int = 1_000) -> int:
+        """Fill the read model (``query_cache``, ``insight_cache``) from the shards, each up to its
+        capacity, never evicting what is held; returns the entries read. What a write put there
+        meanwhile is newer, and is kept. Run by the retriever's warm-up (``Retriever.warm``)."""
+        read = 0
+        with self._opening:
+            shards = [
+                self._shared_shard(number)
+                for number in range(self.shared_shards)
+                if number in self._shared or (self.dir / _SHARED / str(number) / "segments").exists()
+            ]
+            promoted = sorted(self._promoted)
+        read += self._warm(self.insights, self.insight_cache, _INSIGHT_FIELDS, _insight_keyed, stop, batch)
+        for shard in shards:
+            read += self._warm(shard, self.query_cache, _QUERY_FIELDS, _query_keyed, stop, batch)
+        for ns in promoted:
+            if (shard := self._queries(ns)) is not None:
+                read += self._warm(shard, self.query_cache, _QUERY_FIELDS, _query_keyed, stop, batch)
+        return read
+
+    @staticmethod
+    def _warm(
+        shard: Any,
+        cache: Lru[Any, Any],
+        fields: list[str],
+        entry: Callable[[dict[str, Any]], tuple[Any, Any]],
+        stop: threading.Event | None,
+        batch: int,
+    ) -> int:
+        offset: Any = None
+        read = 0
+        while len(cache) < cache.capacity and not (stop is not None and stop.is_set()):
+            records, offset = shard.scroll(qe.ScrollRequest(limit=batch, offset=offset, with_payload=fields))
+            room = cache.capacity - len(cache)
+            cache.offer((entry(r.payload) for r in records[:room]), _held_newer)
+            read += len(records)
+            if offset is None:
+                break
+        return read
 
     def scan_insights(self, batch: int) -> Iterator[list[tuple[str, str]]]:
         offset: Any = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from importlib import resources
 from typing import Any
@@ -35,6 +35,8 @@ from evomem.core.ports import (
     RetrievalRecord,
     StoredDecision,
 )
+from evomem.core.review import HeldEdit, Review, ReviewDecision
+from evomem.core.staleness import ServedCounts
 from evomem.errors import ConfigError, InvalidEventError, StoreError, TransientError
 from schemas import ControllerDecision, InsightNode, QueryNode
 
@@ -527,6 +529,91 @@ class RedisGraphStore:
                 continue
             out[(ns, i)] = InsightPoint(
                 i, ns, _s(text), _s(state), int(version or 1), tuple(sorted(_s(x) for x in inherits))
+            )
+        return out
+
+    # -- the review queue (evomem.core.review) and staleness (evomem.core.staleness) --------------
+    def hold(self, held: Sequence[HeldEdit]) -> None:
+        if not held:
+            return
+        pipe = self.r.pipeline(transaction=False)
+        for h in held:
+            pipe.hsetnx(keys.reviews(h.namespace), h.review_id, h.model_dump_json())
+        pipe.execute()
+        durable(self.r, [keys.reviews(h.namespace) for h in held], self.wait_replicas, self.wait_timeout_ms)
+
+    def held_ids(self, namespace: str, review_ids: Collection[str]) -> set[str]:
+        ids = list(dict.fromkeys(review_ids))
+        if not ids:
+            return set()
+        found = self.r.hmget(keys.reviews(namespace), ids)
+        return {i for i, raw in zip(ids, found, strict=True) if raw is not None}
+
+    def reviews(self, namespace: str) -> list[Review]:
+        held = self.r.hgetall(keys.reviews(namespace))
+        decided = self.r.hgetall(keys.review_decisions(namespace))
+        out = [
+            Review(
+                held=HeldEdit.model_validate_json(raw),
+                decision=ReviewDecision.model_validate_json(decided[k]) if k in decided else None,
+            )
+            for k, raw in held.items()
+        ]
+        return sorted(out, key=lambda r: (r.held.held_at, r.held.review_id))
+
+    def decide_review(self, namespace: str, review_id: str, decision: ReviewDecision) -> Review | None:
+        raw = self.r.hget(keys.reviews(namespace), review_id)
+        if raw is None:
+            return None
+        key = keys.review_decisions(namespace)
+        self.r.hsetnx(key, review_id, decision.model_dump_json())
+        stands = self.r.hget(key, review_id)
+        durable(self.r, [key], self.wait_replicas, self.wait_timeout_ms)
+        return Review(
+            held=HeldEdit.model_validate_json(raw),
+            decision=ReviewDecision.model_validate_json(stands) if stands is not None else None,
+        )
+
+    def served_records(self, namespace: str) -> list[ServedCounts]:
+        fields = ("state", "pinned", "version", "served", "helped", "served_at", "created_at")
+        out: list[ServedCounts] = []
+        ids: list[str] = []
+        for member in self.r.sscan_iter(keys.namespace_insights(namespace), count=COUNT_BATCH):
+            ids.append(_s(member))
+            if len(ids) >= COUNT_BATCH:
+                out.extend(self._served(namespace, ids, fields))
+                ids = []
+        out.extend(self._served(namespace, ids, fields))
+        return out
+
+    def claim_sweep(self, every_s: float) -> bool:
+        if every_s <= 0:
+            return True
+        return bool(self.r.set(keys.STALE_SWEEP, "1", nx=True, px=max(1, int(every_s * 1000))))
+
+    def _served(self, namespace: str, ids: list[str], fields: tuple[str, ...]) -> list[ServedCounts]:
+        if not ids:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.hmget(keys.insight(namespace, i), *fields)
+        out = []
+        for i, row in zip(ids, pipe.execute(), strict=True):
+            state, pinned, version, served, helped, served_at, created_at = (
+                None if v is None else _s(v) for v in row
+            )
+            if state != "active" or created_at is None:
+                continue
+            out.append(
+                ServedCounts(
+                    i,
+                    state,
+                    pinned == "1",
+                    int(version or 0),
+                    int(served or 0),
+                    int(helped or 0),
+                    datetime.fromisoformat(served_at or created_at),
+                )
             )
         return out
 

@@ -1,11 +1,21 @@
-"""Per-namespace quotas: events, event bytes and retrievals a minute, counted in Redis so that every
-process writing to one memory shares them. A shared Redis never evicts, so one runaway tenant would
-otherwise fill it for everyone."""
+"""Per-namespace quotas: events, event bytes, retrievals and bytes of retrieval records a minute,
+counted in Redis so that every process writing to one memory shares them. A shared Redis never
+evicts, so one runaway tenant would otherwise fill it for everyone.
+
+A retrieval record is kept ``retrieval_ttl_s`` (a day by default) so that a later report can refer to
+it: its size is that of its query (up to 8,000 characters) plus about 60 bytes per similar query
+(``top_k``, up to 1,000) and 90 per served insight. The count of retrievals alone let one namespace
+write about 1 GB of them a minute with long queries (120,000 x 8.7 kB), 14 GB with the largest
+requests; their bytes have a quota of their own. Records are counted once written, so the retrieval
+that passes the limit is served and the next ones are refused until the window ends."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from evomem import keys
 from evomem.adapters.redis.connection import Client, mapped
@@ -23,6 +33,35 @@ def _key(window: int, kind: str, namespace: str) -> str:
     return keys.quota(namespace, window, kind)
 
 
+def retrieval_record_bytes(
+    query: str, similar: Sequence[str], insight_ids: Sequence[str], vector_chars: int = 0
+) -> int:
+    """About the bytes the retrieval record of ``query`` takes in Redis (its JSON document, as
+    ``RedisGraphStore.save_retrieval`` writes it): each similar query's id and cosine, each served
+    insight's id, similarity and scores; and the task's dense vector, when it carries one
+    (``vector_chars``: ``Retriever.record_vector_chars``)."""
+    return (
+        len(json.dumps(query))
+        + sum(len(q) + 24 for q in similar)
+        + sum(len(i) + 54 for i in insight_ids)
+        + 120
+        + (vector_chars + 14 if vector_chars else 0)
+    )
+
+
+@dataclass
+class _Spent:
+    """One namespace's retrievals in this process's current window: what is not yet added to Redis,
+    and the totals as Redis last said them."""
+
+    window: int
+    count: int = 0
+    size: int = 0
+    total_count: int = 0
+    total_size: int = 0
+    synced_at: float = 0.0
+
+
 class Quotas:
     """Fixed one-minute windows: a call past a limit is refused until the window ends."""
 
@@ -31,9 +70,9 @@ class Quotas:
         self.events = settings.quota_events_per_minute
         self.event_bytes = settings.quota_event_bytes_per_minute
         self.retrievals = settings.quota_retrievals_per_minute
+        self.record_bytes = settings.quota_retrieval_bytes_per_minute
         self._lock = threading.Lock()
-        # namespace -> [window, retrievals not yet added to Redis, total as Redis last said, synced at]
-        self._local: dict[str, list[float]] = {}
+        self._local: dict[str, _Spent] = {}
 
     def charge_event(self, namespace: str, size: int) -> None:
         """Count one event of ``size`` bytes; ``QuotaExceededError`` if either limit is passed."""
@@ -55,31 +94,70 @@ class Quotas:
                 raise QuotaExceededError(what, self.retry_after_s())
 
     def charge_retrieval(self, namespace: str) -> None:
-        """Count one retrieval; retrieval fails open, so an unreachable Redis counts nothing."""
-        if not self.retrievals:
+        """Count one retrieval, before it runs; ``QuotaExceededError`` if the namespace has made too
+        many this minute or written too many bytes of retrieval records. Retrieval fails open: an
+        unreachable Redis counts nothing."""
+        if not (self.retrievals or self.record_bytes):
             return
+        count, size = self._spend(namespace, 1, 0)
+        if self.retrievals and count > self.retrievals:
+            what = f"namespace {namespace!r} made more than {self.retrievals} retrievals this minute"
+            raise QuotaExceededError(what, self.retry_after_s())
+        if self.record_bytes and size > self.record_bytes:
+            what = (
+                f"namespace {namespace!r} wrote more than {self.record_bytes} bytes of retrieval "
+                "records this minute (EVOMEM_QUOTA_RETRIEVAL_BYTES_PER_MINUTE)"
+            )
+            raise QuotaExceededError(what, self.retry_after_s())
+
+    def charge_record(
+        self,
+        namespace: str,
+        query: str,
+        similar: Sequence[str],
+        insight_ids: Sequence[str],
+        vector_chars: int = 0,
+    ) -> None:
+        """Count the bytes of the retrieval record a retrieval wrote (``retrieval_record_bytes``)."""
+        if self.record_bytes:
+            self._spend(namespace, 0, retrieval_record_bytes(query, similar, insight_ids, vector_chars))
+
+    def _spend(self, namespace: str, count: int, size: int) -> tuple[int, int]:
+        """Add to this process's tally, and to Redis at most every ``RETRIEVAL_SYNC_S``; the
+        namespace's totals this window as far as this process knows them."""
         now = time.time()
         window = int(now // WINDOW_S)
         with self._lock:
-            state = self._local.get(namespace)
-            if state is None or state[0] != window:
-                state = self._local[namespace] = [window, 0.0, 0.0, 0.0]
-            state[1] += 1
-            count = state[2] + state[1]
-            due = now - state[3] >= RETRIEVAL_SYNC_S
+            spent = self._local.get(namespace)
+            if spent is None or spent.window != window:
+                spent = self._local[namespace] = _Spent(window)
+            spent.count += count
+            spent.size += size
+            totals = (spent.total_count + spent.count, spent.total_size + spent.size)
+            due = now - spent.synced_at >= RETRIEVAL_SYNC_S
             if due:
-                delta, state[1], state[3] = int(state[1]), 0.0, now
-        if due:
-            try:
-                (count,) = self._incr(namespace, [("retrievals", delta)])
-            except (TransientError, OSError):
-                return
-            with self._lock:
-                if self._local.get(namespace, [None])[0] == window:
-                    self._local[namespace][2] = count
-        if count > self.retrievals:
-            what = f"namespace {namespace!r} made more than {self.retrievals} retrievals this minute"
-            raise QuotaExceededError(what, self.retry_after_s())
+                deltas, spent.count, spent.size, spent.synced_at = (spent.count, spent.size), 0, 0, now
+        if not due:
+            return totals
+        amounts = [
+            (kind, n)
+            for kind, limit, n in (
+                ("retrievals", self.retrievals, deltas[0]),
+                ("record_bytes", self.record_bytes, deltas[1]),
+            )
+            if limit
+        ]
+        try:
+            replies = dict(zip([k for k, _ in amounts], self._incr(namespace, amounts), strict=True))
+        except (TransientError, OSError):
+            return totals
+        synced = (replies.get("retrievals", totals[0]), replies.get("record_bytes", totals[1]))
+        with self._lock:
+            spent = self._local.get(namespace)
+            if spent is not None and spent.window == window:
+                spent.total_count, spent.total_size = synced
+                return (synced[0] + spent.count, synced[1] + spent.size)
+        return synced
 
     def _incr(self, namespace: str, amounts: list[tuple[str, int]]) -> list[int]:
         window = int(time.time() // WINDOW_S)
@@ -96,4 +174,4 @@ class Quotas:
         return float(WINDOW_S - int(time.time()) % WINDOW_S)
 
 
-__all__ = ["Quotas"]
+__all__ = ["Quotas", "retrieval_record_bytes"]

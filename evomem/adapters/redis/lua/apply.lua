@@ -366,6 +366,22 @@ for _, e in ipairs(plan.edits) do
   end
 end
 
+-- what the staleness sweep reads (evomem/core/staleness.py): each insight served to this reported
+-- task counts one serve, and one help when the event credited it (KEEP); not an edit: no version
+local helped = {}
+for _, o in ipairs(outcomes) do
+  if o.op == 'KEEP' and o.outcome ~= 'rejected' and o.insight_id and o.insight_id ~= cjson.null then
+    helped[o.insight_id] = true
+  end
+end
+for _, a in ipairs(plan.retrieved) do
+  if plan.served ~= false and exists(a) then
+    redis.call('HINCRBY', ins(a), 'served', 1)
+    redis.call('HSET', ins(a), 'served_at', at)
+    if helped[a] then redis.call('HINCRBY', ins(a), 'helped', 1) end
+  end
+end
+
 if plan.status == 'resolved' then
   for _, b in ipairs(linked) do
     for _, a in ipairs(plan.retrieved) do

@@ -96,6 +96,9 @@ for _, step in ipairs(plan.steps) do
           withdraw(id, step.query_id, a.kind == '-neg', step.judged)
         elseif a.kind == 'activate' and state ~= 'active' then
           redis.call('HSET', ins(id), 'state', 'active')
+          -- back from a staleness archive: its serves are counted afresh (else the next sweep
+          -- would find it stale again at once)
+          if step.outcome == 'stale' then redis.call('HSET', ins(id), 'served', 0, 'served_at', at) end
           visible = true
         elseif a.kind == 'archive' and state == 'active' then
           redis.call('HSET', ins(id), 'state', 'archived')
@@ -118,6 +121,26 @@ if plan.action == 'pin' or plan.action == 'unpin' then
       pin_changed = true
       record(string.upper(plan.action), plan.action .. 'ned', id, cjson.null, '', plan.note)
     end
+  end
+end
+
+-- the staleness sweep's request: archive an active, unpinned insight still at the version found
+-- stale, recorded as an edit of its own (the request id is its event id, so a revert reactivates it)
+if plan.action == 'retire' then
+  local id = plan.insight_id
+  local expected = plan.expected_version
+  if id ~= cjson.null and redis.call('EXISTS', ins(id)) == 1
+    and redis.call('HGET', ins(id), 'state') == 'active'
+    and redis.call('HGET', ins(id), 'pinned') ~= '1'
+    and (expected == nil or expected == cjson.null
+      or tonumber(redis.call('HGET', ins(id), 'version') or '0') == tonumber(expected)) then
+    redis.call('HSET', ins(id), 'state', 'archived')
+    touch(id, true)
+    pin_changed = true
+    record('ARCHIVE', 'stale', id, cjson.null, '', plan.note)
+    redis.call('SET', N .. ':applied:' .. plan.request_id, cjson.encode({event_id = plan.request_id,
+      replayed = false, outcomes = {{op = 'ARCHIVE', insight_id = id, outcome = 'stale', judged = false}},
+      created = cjson.decode('[]'), query_id = '', at = at}))
   end
 end
 
