@@ -248,6 +248,10 @@ class Retriever:
             0 if self.vector_tag is None else len(self.vector_tag) + 1 + 4 * -(-2 * embedder.dim // 3)
         )
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
+        # whether the last retrieval record could not be written (Redis unreachable): a retrieval
+        # served from the in-process read model alone then touches no Redis, and this is how a
+        # service learns that its retrieval ids cannot be reported on
+        self.records_failing = False
         # reads whole word tables (``_load_word_table``), one at a time, off the retrieval path
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-words")
         self._pending: set[Future[None]] = set()
@@ -689,7 +693,10 @@ class Retriever:
         try:
             self.graph.save_retrieval(record, self.settings.retrieval_ttl_s)
         except Exception as exc:  # the report still carries the served ids; only the record is lost
+            self.records_failing = True
             log.warning("retrieval.record_failed", retrieval_id=record.id, error=str(exc))
+        else:
+            self.records_failing = False
 
     def flush(self) -> None:
         """Wait until every retrieval record asked for so far is written."""

@@ -175,6 +175,13 @@ class RetrievalService:
             degraded = (
                 "redis unreachable: no query-graph expansion, and this retrieval id cannot be reported on"
             )
+        else:
+            if body.as_of is None and retriever.records_failing:
+                # served whole from the in-process read model, but the records are not being written
+                degraded = (
+                    "redis unreachable: served from this process's read model, which no change "
+                    "reaches until Redis answers, and this retrieval id cannot be reported on"
+                )
         if body.as_of is None and degraded is None:  # a retrieval record was written
             self.runtime.quotas.charge_record(
                 body.namespace,

@@ -6,6 +6,7 @@ import http.client
 import json
 import random
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -283,10 +284,17 @@ def test_when_redis_is_down_retrieval_fails_open_from_qdrant_alone(tmp_path: Pat
         status, body = client.call("POST", "/v1/retrieve", {"query": "Verify claim 0 about default"})
         assert status == 200 and body["degraded"] is None and len(body["insights"]) == 1
         redis_server.stop()
-        status, body = client.call("POST", "/v1/retrieve", {"query": "Verify claim 0 about default"})
-        assert status == 200
+        # Each retrieval serves the lesson; the service says it is degraded as soon as it learns
+        # Redis is gone (a read it makes, or the retrieval record it could not write).
+        answers = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (answers and answers[-1]["degraded"]):
+            status, body = client.call("POST", "/v1/retrieve", {"query": "Verify claim 0 about default"})
+            assert status == 200
+            answers.append(body)
         assert body["degraded"] and "redis unreachable" in body["degraded"]
-        assert [i["text"] for i in body["insights"]] == ["Check the vehicle class first."]
+        for body in answers:
+            assert [i["text"] for i in body["insights"]] == ["Check the vehicle class first."]
         status, health = client.call("GET", "/healthz")
         assert status == 503 and health["redis"] == "unreachable"
         status, _ = client.call(
