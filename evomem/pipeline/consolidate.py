@@ -55,6 +55,7 @@ class _Work:
     retrieved: list[str]
     similar: list[str] | None
     similar_scores: list[float] | None = None
+    query_vector: str | None = None  # the task's vector its retrieval computed, for the query node
     relevance: dict[str, float] = field(default_factory=dict)
     decision: ControllerDecision | None = None
     twins: dict[str, str] = field(default_factory=dict)  # text key -> near-duplicate insight
@@ -246,6 +247,7 @@ class Consolidator:
                     retrieved=w.retrieved,
                     similar=w.similar,
                     similar_scores=w.similar_scores,
+                    query_vector=w.query_vector,
                     degree=self.settings.query_degree,
                     twins=w.twins,
                     bands=w.bands,
@@ -384,6 +386,7 @@ class Consolidator:
                 retrieved = [*record.insight_ids, *retrieved]
                 w.similar = list(record.similar)
                 w.similar_scores = list(record.similar_scores) if record.similar_scores else None
+                w.query_vector = record.vector
                 w.relevance = dict(zip(record.insight_ids, record.similarity, strict=False))
             w.retrieved = list(dict.fromkeys([*retrieved, *event.insight_feedback]))
             work.append(w)
