@@ -102,6 +102,7 @@ bench-quality: install   ## long-horizon memory quality (bench/README.md); figur
 	$(BIN)/python -m bench.quality --set embedder=e5 --worlds lookalike,mixed-j10 \
 		--arms add+keep/weighted,all-evidence/weighted --seeds 2 --no-plot
 	$(BIN)/python -m bench.paraphrase
+	$(BIN)/python -m bench.paraphrase --kind STSB
 
 up: install              ## Redis, workers and the retrieval side in the background (logs under DATA_DIR)
 	$(BIN)/evomem up

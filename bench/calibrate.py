@@ -5,6 +5,11 @@ person's rewording of it, ``bench.paraphrases``) and of two unrelated questions 
 (drawn at random). The floor that ``EVOMEM_EMBEDDING_FLOOR`` takes is the one that puts the median
 unrelated pair where the hashing embedder puts its own: (u - h) / (1 - h), u the embedder's median
 unrelated cosine and h the hashing embedder's. Printed, with where paraphrases land once calibrated.
+
+Then the floor of text relevance (``EVOMEM_EMBEDDING_RELEVANCE_FLOOR``): the cosine of a task (the
+rewording, as a query) and its lesson (the FAQ's answer, as a passage) is read on the scale of two
+tasks' similarity, the floor putting the median task-and-its-lesson cosine where the calibrated
+median paraphrase lands: (r - t) / (1 - t), r that median cosine and t that calibrated median.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from bench.paraphrases import pairs
+from evomem.adapters.embedders import E5_FLOOR
 from evomem.core.embedding import calibrated
 from evomem.core.hashing import HashingEmbedder
 
@@ -65,6 +71,21 @@ def main(argv: list[str] | None = None) -> None:
     cal = np.array([calibrated(float(c), floor) for c in e_para])
     print(f"  e5        paraphrase {pct(e_para)}  unrelated {pct(e_un)}")
     print(f"  e5 floor  {floor:.3f}: paraphrases calibrated {pct(cal)}")
+    # text relevance: the rewording (a query) and its lesson (a passage), on the floor in use
+    q = np.asarray(model.query(seconds))
+    a = np.asarray(model.passage([p.lesson for p in ps]))
+    own = (q * a).sum(1)
+    t = float(np.median([calibrated(float(c), E5_FLOOR) for c in e_para]))
+    r = float(np.median(own))
+    rel_floor = (r - t) / (1 - t)
+    print(
+        f"  e5        task and its lesson {pct(own)}; "
+        f"paraphrases at floor {E5_FLOOR} calibrated median {t:.3f}"
+    )
+    print(
+        f"  e5 relevance floor {rel_floor:.3f}: tasks and their lessons calibrated "
+        f"{pct(np.array([calibrated(float(c), rel_floor) for c in own]))}"
+    )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import DEFAULT_OUT, embedded_settings, machine_info, merge_results, summarise
-from bench.paraphrases import PACKAGE, Pair, pairs
+from bench.common import (
+    DEFAULT_OUT,
+    embedded_settings,
+    machine_info,
+    merge_results,
+    settings_overrides,
+    summarise,
+)
+from bench.paraphrases import PACKAGE, STSB_PACKAGE, STSB_PARAPHRASE, Pair, pairs
 from evomem import Memory
 from evomem.core.embedding import CachedEmbedder
 from evomem.runtime import resolve_embedder
@@ -129,18 +136,27 @@ def _ceiling(embedder: Any, ps: list[Pair]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.paraphrase", description=__doc__)
     ap.add_argument("--pairs", type=int, default=400)
-    ap.add_argument("--kind", default="VUC", choices=["VUC", "VIN"], help="which people's rewordings")
+    ap.add_argument(
+        "--kind",
+        default="VUC",
+        choices=["VUC", "VIN", "STSB"],
+        help="AIA-BDE's rewordings by users (VUC) or its authors (VIN), or STS-B's English paraphrases",
+    )
     ap.add_argument("--embedders", default="hashing,auto", help="comma-separated EVOMEM_EMBEDDER values")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 40 pairs, not a measurement")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="a setting for every run"
+    )
     args = ap.parse_args(argv)
+    overrides = dict(settings_overrides(args.set))
     ps = pairs(40 if args.quick else args.pairs, args.kind)
     t0 = time.perf_counter()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="evomem-paraphrase-") as tmp:
         for e in args.embedders.split(","):
-            results[e] = r = run_embedder(e, ps, Path(tmp))
+            results[e] = r = run_embedder(e, ps, Path(tmp), **overrides)
             print(
                 f"{e:>8} ({r['embedder']}): hit@1 {r['hit1_all']} (Jaccard<{LOW}: {r['hit1_low_overlap']}, "
                 f"n={r['pairs_low_overlap']}; rest {r['hit1_rest']}), top5 {r['top5_all']} "
@@ -155,13 +171,17 @@ def main(argv: list[str] | None = None) -> None:
             )
     section = {
         "command": "python -m bench.paraphrase " + " ".join(argv or []),
-        "corpus": f"AIA-BDE 2.0 ({PACKAGE}), {args.kind} rewordings, {len(ps)} pairs",
+        "corpus": (
+            f"STS-B ({STSB_PACKAGE}), pairs scored >= {STSB_PARAPHRASE}, {len(ps)} pairs"
+            if args.kind == "STSB"
+            else f"AIA-BDE 2.0 ({PACKAGE}), {args.kind} rewordings, {len(ps)} pairs"
+        ),
         "duration_s": round(time.perf_counter() - t0, 1),
         "machine": machine_info(),
         "median_overlap": round(statistics.median(p.overlap for p in ps), 3),
         "results": results,
     }
-    if not args.no_save:
+    if not args.no_save and not overrides:  # a variant's figures are printed, not kept
         merge_results(args.out, f"{KEY}_{args.kind.lower()}", section)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from evomem.adapters.memory.graph import InMemoryGraphStore
 from evomem.adapters.memory.index import InMemoryIndex
-from evomem.adapters.qdrant.edge import EdgeIndex, edge_identity, edge_layout
+from evomem.adapters.qdrant.edge import EdgeIndex, edge_identity, edge_layout, store_marker
 from evomem.adapters.redis.api_tokens import TokenStore
 from evomem.adapters.redis.changes import RedisChangeFeed, cursor_order
 from evomem.adapters.redis.connection import Client, EmbeddedRedis, connect, is_cluster_url, mapped
@@ -478,7 +478,9 @@ def reindex(
             "evomem collections and the retrieval side rebuilds them from Redis"
         )
     base = index_dir(settings)
-    wanted = embedder_name(make_embedder(settings))
+    embedder = make_embedder(settings)
+    name = embedder_name(embedder)
+    wanted = store_marker(name, embedder.kind)
     built = _store_embedder(base)
     resuming = (base / _REINDEXING).exists() and built == wanted and not force
     removed = []
@@ -490,7 +492,7 @@ def reindex(
             shutil.rmtree(replica)
             removed.append(str(replica))
     if not removed and not resuming and built == wanted:
-        return {"embedder": wanted, "changes": 0, "resumed": False, "removed": [], "up_to_date": True}
+        return {"embedder": name, "changes": 0, "resumed": False, "removed": [], "up_to_date": True}
     base.mkdir(parents=True, exist_ok=True)
     (base / _REINDEXING).write_text(wanted + "\n")
     t0 = time.perf_counter()
@@ -516,7 +518,7 @@ def reindex(
         runtime.close()
     (base / _REINDEXING).unlink()
     return {
-        "embedder": wanted,
+        "embedder": name,
         "changes": done,
         "resumed": resuming,
         "removed": removed,

@@ -349,6 +349,14 @@ class Settings(BaseSettings):
         ge=0.0,
         lt=1.0,
     )
+    embedding_relevance_floor: float | None = _embedder(
+        None,
+        "the floor of a dense embedder's task-insight cosine for text relevance (read as "
+        "(c - floor) / (1 - floor)); unset: the embedder's EMBEDDING_FLOOR (e5 0.80; python -m "
+        "bench.calibrate measures the floor that reads a task and its lesson as two wordings of a task)",
+        ge=0.0,
+        lt=1.0,
+    )
     embedding_cache: int = _embedder(
         65_536,
         "texts whose dense vectors a process keeps (about 1.6 kB each at 384 dimensions), the "
@@ -358,6 +366,11 @@ class Settings(BaseSettings):
     )
     embedding_threads: int = _embedder(
         2, "threads of the in-process e5 embedder's forward pass (OMP_NUM_THREADS)", ge=1, le=64
+    )
+    embedding_carry: bool = _embedder(
+        True,
+        "a dense embedder's vector of the task travels with the retrieval record and its query node "
+        "(float16, about 1 kB at 384 dimensions), so no worker or index replica embeds it again",
     )
 
     # ---------------------------------------------------------------- event stream and workers

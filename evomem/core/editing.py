@@ -94,6 +94,7 @@ class EditPlan(BaseModel):
     trajectory_json: str
     similar: list[str] | None  # Qˢ of this query, linked both ways; None: unknown, the projector links it
     similar_scores: list[float] | None = None  # the cosine of each similar query (edge weights)
+    query_vector: str | None = None  # the task's dense vector its retrieval computed (pack_vector)
     degree: int = 0  # neighbours a query keeps (the most similar); 0: all
     digest: str | None = None  # of the event's content: the same event id with other content is refused
     retrieved: list[str]  # I_t^ret, for the edge update
@@ -154,6 +155,7 @@ def plan_edits(
     archive_streak: int = 0,
     archived_repeats: Literal["evidence", "restore", "new"] = "new",
     similar_scores: list[float] | None = None,
+    query_vector: str | None = None,
     degree: int = 0,
     twins: Mapping[str, str] | None = None,
     bands: Mapping[str, list[str]] | None = None,
@@ -231,6 +233,7 @@ def plan_edits(
         trajectory_json=json.dumps(event.trajectory, default=str),
         similar=None if links is None else list(links),
         similar_scores=None if links is None else list(links.values()),
+        query_vector=query_vector,
         degree=degree,
         digest=event_digest(event),
         retrieved=list(dict.fromkeys(retrieved)),

@@ -89,6 +89,9 @@ class RetrievalRecord:
     #: and when (ISO 8601); empty in records written before they were kept
     scores: tuple[tuple[float, int, int], ...] = ()
     at: str | None = None
+    #: the task's vector from a dense embedder (``evomem.core.embedding.pack_vector``), so that the
+    #: query it becomes reaches every index without being embedded again; None: not kept
+    vector: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,8 @@ class QueryPoint:
     version: int
     supports: tuple[str, ...] = ()
     harms: tuple[str, ...] = ()
+    #: the vector its retrieval computed (``pack_vector``), when it was reported with one
+    vector: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ class _Work:
     retrieved: list[str]
     similar: list[str] | None
     similar_scores: list[float] | None = None
+    query_vector: str | None = None  # the task's vector its retrieval computed, for the query node
     relevance: dict[str, float] = field(default_factory=dict)
     decision: ControllerDecision | None = None
     twins: dict[str, str] = field(default_factory=dict)  # text key -> near-duplicate insight
@@ -246,6 +247,7 @@ class Consolidator:
                     retrieved=w.retrieved,
                     similar=w.similar,
                     similar_scores=w.similar_scores,
+                    query_vector=w.query_vector,
                     degree=self.settings.query_degree,
                     twins=w.twins,
                     bands=w.bands,
@@ -294,8 +296,14 @@ class Consolidator:
     ) -> list[EditPlan]:
         """In a namespace under review, take the high-impact edits out of each plan and keep them
         for an operator (``evomem.core.review``), before the rest is applied: a redelivered event
-        finds them held and holds them again."""
+        finds them held and holds them again, and one applied already holds nothing (its edits
+        were applied as they were planned then, whatever the support is now)."""
         under = [(w, s, p) for w, s, p in planned if s.review and p.edits]
+        by_ns: dict[str, list[str]] = {}
+        for _, _, p in under:
+            by_ns.setdefault(p.namespace, []).append(p.event_id)
+        applied = {(ns, e) for ns, ids in by_ns.items() for e in self.graph.applied_events(ns, ids)}
+        under = [(w, s, p) for w, s, p in under if (p.namespace, p.event_id) not in applied]
         if not under:
             return [p for _, _, p in planned]
         targets: dict[str, set[str]] = {}
@@ -378,6 +386,7 @@ class Consolidator:
                 retrieved = [*record.insight_ids, *retrieved]
                 w.similar = list(record.similar)
                 w.similar_scores = list(record.similar_scores) if record.similar_scores else None
+                w.query_vector = record.vector
                 w.relevance = dict(zip(record.insight_ids, record.similarity, strict=False))
             w.retrieved = list(dict.fromkeys([*retrieved, *event.insight_feedback]))
             work.append(w)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from evomem.backoff import capped_doubling
-from evomem.core.embedding import calibrated, embed_passages, embedder_floor
+from evomem.core.embedding import calibrated, embed_passages, embedder_floor, embedder_name, unpack_vector
 from evomem.core.ports import (
     Change,
     ChangeFeed,
@@ -86,6 +86,11 @@ class Projector:
         self.index = index
         self.embedder = embedder
         self.floor = embedder_floor(embedder)
+        # the tag of the vectors this index holds: a query carrying one of its retrieval's
+        # (``QueryPoint.vector``) is not embedded again; another embedder's is ignored
+        self.vector_tag = embedder_name(embedder) if embedder.kind == "dense" else None
+        self.carried = 0  # queries written with the vector their retrieval computed
+        self.embedded = 0  # texts this projector asked its embedder for (queries and insights)
         self.feed = feed
         self.cursor = "0-0" if index.fresh or feed is None else feed.load_cursor(index.identity)
         self.state = FollowerState("idle", None, 0, time.time())
@@ -204,9 +209,20 @@ class Projector:
         if not points:
             return 0
         unseen = [ref for ref in points if ref not in held]
-        vectors: dict[EventKey, Vector] = dict(
-            zip(unseen, self.embedder.embed([points[ref].text for ref in unseen]), strict=True)
-        )
+        vectors: dict[EventKey, Vector] = {}
+        tag = self.vector_tag
+        if tag is not None:
+            for ref in unseen:
+                carried = unpack_vector(points[ref].vector, tag)
+                if carried is not None:
+                    vectors[ref] = carried
+            self.carried += len(vectors)
+        to_embed = [ref for ref in unseen if ref not in vectors]
+        if to_embed:  # one call for the batch's new queries that came without a vector
+            vectors.update(
+                zip(to_embed, self.embedder.embed([points[r].text for r in to_embed]), strict=True)
+            )
+            self.embedded += len(to_embed)
         pending: set[EventKey] = set()
         by_ns: dict[str, list[str]] = {}
         for ns, q in unseen:
@@ -238,7 +254,8 @@ class Projector:
         unseen = [ref for ref in newer if ref not in held]
         vectors: dict[EventKey, Vector] = dict(
             zip(unseen, embed_passages(self.embedder, [newer[ref].text for ref in unseen]), strict=True)
-        )
+        )  # one call for the batch's new and revised insight texts
+        self.embedded += len(unseen)
         pairs: list[tuple[InsightPoint, Vector | None]] = [(p, vectors.get(ref)) for ref, p in newer.items()]
         if unseen and self.on_new_insights is not None:
             # told before the index holds them, so no retrieval meets an insight whose words the

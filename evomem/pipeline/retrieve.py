@@ -23,7 +23,14 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from evomem.core.embedding import calibrated, embed_passages, embedder_floor
+from evomem.core.embedding import (
+    calibrated,
+    embed_passages,
+    embedder_floor,
+    embedder_name,
+    embedder_relevance_floor,
+    pack_vector,
+)
 from evomem.core.hashing import HashingEmbedder, word_features, word_part
 from evomem.core.ports import (
     Embedder,
@@ -232,6 +239,15 @@ class Retriever:
         # a namespace's effective settings (its own λ, budget, scoring, k, hops over the global ones)
         self.resolve = resolve or (lambda _namespace: settings)
         self.floor = embedder_floor(embedder)  # the cosine unrelated texts get (0: hashing)
+        self.relevance_floor = embedder_relevance_floor(embedder)  # a task and an insight's (dense)
+        # a dense task vector is kept in the retrieval record (EMBEDDING_CARRY): what it was made by
+        self.vector_tag = (
+            embedder_name(embedder) if embedder.kind == "dense" and settings.embedding_carry else None
+        )
+        #: the characters that vector adds to a record (the tag, then float16 bytes in base64)
+        self.record_vector_chars = (
+            0 if self.vector_tag is None else len(self.vector_tag) + 1 + 4 * -(-2 * embedder.dim // 3)
+        )
         self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-record")
         # reads whole word tables (``_load_word_table``), one at a time, off the retrieval path
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-words")
@@ -362,6 +378,9 @@ class Retriever:
                 tuple(i.similarity for i in ranked),
                 tuple((i.score, i.support, i.conflict) for i in ranked),
                 datetime.now(UTC).isoformat(),
+                None
+                if self.vector_tag is None or isinstance(vector, Mapping)
+                else pack_vector(vector, self.vector_tag),
             )
             # only the unfinished ones are kept: a service that never calls report() must not grow this
             future = self._recorder.submit(self._save, rec)
@@ -451,9 +470,11 @@ class Retriever:
     def _dense_relevance(
         self, vector: Vector, namespace: str, ids: Sequence[str], texts: dict[str, ServingInsight]
     ) -> dict[str, float]:
-        """The calibrated cosine of the task's dense vector with each candidate's text as a passage.
-        The projector embedded each insight through the same embedder, whose cache keeps it by
-        text, so a candidate is embedded again only once the cache has dropped it."""
+        """The calibrated cosine of the task's dense vector with each candidate's text as a passage,
+        on the embedder's relevance floor (``embedder_relevance_floor``: its EMBEDDING_FLOOR unless
+        EMBEDDING_RELEVANCE_FLOOR says otherwise). The projector embedded each insight through the
+        same embedder, whose cache keeps it by text, so a candidate is embedded again only once the
+        cache has dropped it."""
         missing = [i for i in ids if i not in texts]
         if missing:
             texts.update(self.index.read_insights(namespace, missing))
@@ -462,7 +483,7 @@ class Retriever:
             return {}
         vectors = np.asarray(embed_passages(self.embedder, [texts[i].text for i in known]), dtype=np.float64)
         dots = vectors @ np.asarray(list(vector), dtype=np.float64)  # a dense vector: floats
-        floor = self.floor
+        floor = self.relevance_floor
         return {i: calibrated(float(d), floor) for i, d in zip(known, dots.tolist(), strict=True)}
 
     def _squared_weights(

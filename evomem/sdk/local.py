@@ -12,7 +12,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
-from evomem.core.embedding import embedder_floor, embedder_name
+from evomem.core.embedding import embedder_floor, embedder_name, embedder_relevance_floor
 from evomem.core.ports import VectorIndex
 from evomem.core.review import review_item
 from evomem.errors import (
@@ -160,7 +160,9 @@ class LocalBackend:
             if as_of is not None:
                 return self.runtime.retrieve_as_of(query, namespace, as_of, top_k=top_k, budget=budget)
             r = self.retriever.retrieve(query, namespace, top_k=top_k, budget=budget)
-            self.runtime.quotas.charge_record(namespace, query, r.similar, [i.id for i in r.insights])
+            self.runtime.quotas.charge_record(
+                namespace, query, r.similar, [i.id for i in r.insights], self.retriever.record_vector_chars
+            )
             return r
 
     def report(
@@ -451,6 +453,7 @@ class LocalBackend:
                 "name": embedder_name(embedder),
                 "configured": rt.settings.embedder,
                 "floor": embedder_floor(embedder),
+                "relevance_floor": embedder_relevance_floor(embedder),
                 "cache": cache() if cache is not None else None,
             },
             "stream": rt.events.info(),

@@ -180,7 +180,11 @@ class RetrievalService:
             )
         if body.as_of is None and degraded is None:  # a retrieval record was written
             self.runtime.quotas.charge_record(
-                body.namespace, body.query, r.similar, [i.id for i in r.insights]
+                body.namespace,
+                body.query,
+                r.similar,
+                [i.id for i in r.insights],
+                retriever.record_vector_chars,
             )
         bind(retrieval_id=r.id)
         self.metrics.served_insights(len(r.insights), degraded is not None)

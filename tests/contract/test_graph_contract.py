@@ -31,6 +31,7 @@ from evomem.core.editing import (
     revised_insight_id,
     text_key,
 )
+from evomem.core.embedding import pack_vector
 from evomem.core.hashing import word_features
 from evomem.core.ports import ApplyResult, GraphStore, RetrievalRecord, StoredDecision
 from evomem.settings import ALLOWED_OPERATIONS
@@ -948,6 +949,9 @@ def test_a_retrieval_record_round_trips(store: GraphStore) -> None:
     assert store.load_retrieval(NS, "r1") == record
     assert store.load_retrieval("other", "r1") is None  # retrieval ids are scoped to a namespace
     assert store.load_retrieval(NS, "nope") is None
+    carrying = RetrievalRecord("r2", NS, "a task", (), (), vector=pack_vector([0.6, 0.8], "e5:2"))
+    store.save_retrieval(carrying, ttl_s=60)
+    assert store.load_retrieval(NS, "r2") == carrying
 
 
 # -- both stores, one behaviour (property) -----------------------------------------------------------

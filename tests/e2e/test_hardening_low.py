@@ -84,7 +84,7 @@ def test_token_names_are_printed_with_their_control_characters_escaped(cli: Any)
     assert "\\x1b[2J\\nforged" in out
 
 
-def test_a_closed_pipe_ends_a_command_quietly(settings: Settings, memory: Memory) -> None:
+def test_a_closed_pipe_ends_a_command_quietly(settings: Settings, memory: Memory, tmp_path: Path) -> None:
     for n in range(30):
         memory.report(
             None, namespace="alpha", query=f"q{n}", status="resolved", proposed_insight=f"Lesson {n}."
@@ -105,6 +105,17 @@ def test_a_closed_pipe_ends_a_command_quietly(settings: Settings, memory: Memory
     export.stderr.close()
     assert export.wait(timeout=60) == 0, err
     assert "Broken pipe" not in err and "Traceback" not in err
+    retrieve = subprocess.Popen(
+        [sys.executable, "-m", "evomem.cli", "retrieve", "-n", "alpha", "q1"],
+        env={**env, "EVOMEM_DATA_DIR": str(tmp_path / "another")},  # the memory holds its index
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert retrieve.stdout is not None
+    retrieve.stdout.close()  # gone before the first line: like `| head -0`
+    _, err_bytes = retrieve.communicate(timeout=60)
+    assert retrieve.returncode == 0, err_bytes.decode()
+    assert b"Broken pipe" not in err_bytes and b"Traceback" not in err_bytes
 
 
 def test_the_service_unit_allows_more_files_than_the_connection_cap() -> None:

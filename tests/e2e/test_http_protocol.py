@@ -492,7 +492,9 @@ def test_retrieval_records_past_their_byte_quota_get_429_with_retry_after(make_s
     headers, doc = refused
     assert 1 <= int(headers["retry-after"]) <= 60
     assert "bytes of retrieval records" in doc["error"] and "QUOTA_RETRIEVAL_BYTES" in doc["error"]
-    graph = server.service.runtime.graph
+    graph, retriever = server.service.runtime.graph, server.service.runtime.retriever
+    assert retriever is not None
+    retriever.flush()  # records are written beside the answer
     assert set(graph.load_retrievals([("alpha", r) for r in served])) == {("alpha", r) for r in served}
     beta = json.dumps({"query": "v" * 8000, "namespace": "beta"}).encode()
     wire.send(request("POST", "/v1/retrieve", beta, token="tok-beta"))

@@ -94,3 +94,21 @@ def test_the_trace_prints_every_return_whose_taught_lesson_was_not_first() -> No
         taught = block.split(" taught ")[1].split(",")[0]
         assert "    node " in block or "is not in the first" in block
         assert taught.split(":")[0] in ("right", "renewed")  # only good lessons are taught
+
+
+def test_the_staleness_and_review_gate_arms_report_what_they_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A review gate whose reviewer errs decides every held edit, some wrongly; what the arms held,
+    decided and archived is printed beside the table and kept in the figures."""
+    argv = ["--tasks", "120", "--seeds", "1", "--worlds", "mixed-j30", "--arms", "stale-10,review-k3-e30"]
+    argv += ["--consolidate-every", "10", "--jobs", "1", "--no-progress", "--no-plot"]
+    argv += ["--out", str(tmp_path / "results.json"), "--results-key", "quality_lifecycle"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "staleness and review (summed over seeds" in printed
+    figures = json.loads((tmp_path / "results.json").read_text())["quality_lifecycle"]["figures"]["mixed-j30"]
+    gate = figures["review-k3-e30"]["outcomes"]
+    assert gate["held"] > 0
+    assert gate["review_approved"] + gate["review_rejected"] == gate["held"]  # every held edit decided
+    assert figures["stale-10"]["outcomes"].get("held", 0) == 0

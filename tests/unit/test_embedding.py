@@ -6,7 +6,14 @@ import sys
 
 import pytest
 
-from evomem.core.embedding import CachedEmbedder, calibrated, embedder_name
+from evomem.core.embedding import (
+    CachedEmbedder,
+    calibrated,
+    embedder_name,
+    embedder_relevance_floor,
+    pack_vector,
+    unpack_vector,
+)
 from evomem.core.hashing import HashingEmbedder
 from evomem.runtime import make_embedder, resolve_embedder
 from evomem.settings import Settings
@@ -57,3 +64,29 @@ def test_auto_falls_back_to_hashing_without_the_package(monkeypatch: pytest.Monk
 def test_the_named_embedders_resolve_to_themselves() -> None:
     assert resolve_embedder(Settings(embedder="hashing")) == "hashing"
     assert resolve_embedder(Settings(embedder="e5")) == "e5"
+
+
+def test_a_carried_vector_of_another_embedder_is_not_used() -> None:
+    packed = pack_vector([0.6, 0.8], "e5:2")
+    assert unpack_vector(packed, "e5:2") == pytest.approx([0.6, 0.8], abs=1e-3)
+    assert unpack_vector(packed, "openai/x:2") is None
+    assert unpack_vector(packed, "e5:3") is None
+    assert unpack_vector("e5:2|not base64!", "e5:2") is None
+    assert unpack_vector(None, "e5:2") is None
+
+
+def test_the_relevance_floor_is_the_embedders_own_else_its_floor() -> None:
+    class Dense:
+        kind = "dense"
+        dim = 2
+        floor = 0.8
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [[1.0, 0.0] for _ in texts]
+
+    class WithItsOwn(Dense):
+        relevance_floor = 0.57
+
+    assert embedder_relevance_floor(Dense()) == 0.8
+    assert embedder_relevance_floor(CachedEmbedder(WithItsOwn(), capacity=4)) == 0.57
+    assert embedder_relevance_floor(HashingEmbedder()) == 0.0

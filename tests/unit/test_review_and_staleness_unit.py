@@ -84,3 +84,24 @@ def test_two_sweeps_that_find_one_stale_insight_archive_it_once(tmp_path: Path) 
     assert report.outcomes["stale"] == 1 and report.replayed == 1
     assert graph.states([a]) == {a: "archived"}
     assert [h.outcome for h in graph.history(a)].count("stale") == 1
+
+
+def test_a_redelivered_event_applied_before_holds_nothing(tmp_path: Path) -> None:
+    """Applied at its first delivery with the support its insight had then, an event delivered
+    again after the support crossed the threshold is a replay: nothing of it is held."""
+    settings = Settings(data_dir=tmp_path, review=True, review_support=2)
+    graph = InMemoryGraphStore()
+    log = InMemoryEventLog(graph)
+    log.publish(TaskEvent(namespace="ns", query="task 1", status="resolved", proposed_insight="Lesson one."))
+    w = worker(settings, graph, log, RuleController())
+    w.drain(budget_s=10, block_ms=0)
+    (a,) = graph.insight_ids("ns")
+    harm = TaskEvent(namespace="ns", query="task 2", status="failed", insight_feedback={a: "harmful"})
+    log.publish(harm)
+    w.drain(budget_s=10, block_ms=0)  # support 1 < 2: applied at once
+    assert graph.reviews("ns") == [] and graph.insights([a])[a].negative
+    log.publish(TaskEvent(namespace="ns", query="task 3", status="resolved", insight_feedback={a: "helpful"}))
+    w.drain(budget_s=10, block_ms=0)  # support 2 now
+    log.publish(harm)  # the same event again (a client's retry after a lost ack)
+    report = w.drain(budget_s=10, block_ms=0)
+    assert report.replayed == 1 and graph.reviews("ns") == []

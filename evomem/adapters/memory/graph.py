@@ -95,6 +95,7 @@ class _Query:
     harms: set[str] = field(default_factory=set)
     neighbours: dict[str, float] = field(default_factory=dict)
     unlinked: bool = False
+    vector: str | None = None  # the task's vector its retrieval computed (pack_vector)
 
 
 class _Event:
@@ -217,7 +218,7 @@ class InMemoryGraphStore:
                 event_id=plan.event_id,
                 created_at=plan.at,
             )
-            query = self._queries[ref] = _Query(node, unlinked=plan.similar is None)
+            query = self._queries[ref] = _Query(node, unlinked=plan.similar is None, vector=plan.query_vector)
             ev.query_changed = True
         scores = plan.similar_scores or [1.0] * len(plan.similar or ())
         for other, w in zip(plan.similar or (), scores, strict=True):
@@ -789,6 +790,7 @@ class InMemoryGraphStore:
                         q.version,
                         tuple(sorted(q.supports)),
                         tuple(sorted(q.harms)),
+                        q.vector,
                     )
             return out
 

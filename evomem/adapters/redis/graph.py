@@ -360,6 +360,8 @@ class RedisGraphStore:
             "scores": [list(s) for s in record.scores],
             "at": record.at,
         }
+        if record.vector is not None:
+            doc["vector"] = record.vector
         self.r.set(keys.retrieval(record.namespace, record.id), json.dumps(doc), ex=ttl_s)
 
     # -- reads for consolidation and retrieval ---------------------------------------------------
@@ -492,13 +494,13 @@ class RedisGraphStore:
         refs = list(dict.fromkeys(refs))
         pipe = self.r.pipeline(transaction=False)
         for ns, q in refs:
-            pipe.hmget(keys.query(ns, q), "text", "status", "version")
+            pipe.hmget(keys.query(ns, q), "text", "status", "version", "vec")
             pipe.smembers(keys.query_supports(ns, q))
             pipe.smembers(keys.query_harms(ns, q))
         raw = pipe.execute()
         out: dict[EventKey, QueryPoint] = {}
         for n, (ns, q) in enumerate(refs):
-            (text, status, version), pos, neg = raw[3 * n], raw[3 * n + 1], raw[3 * n + 2]
+            (text, status, version, vec), pos, neg = raw[3 * n], raw[3 * n + 1], raw[3 * n + 2]
             if text is None:
                 continue
             out[(ns, q)] = QueryPoint(
@@ -509,6 +511,7 @@ class RedisGraphStore:
                 int(version or 1),
                 tuple(sorted(_s(x) for x in pos)),
                 tuple(sorted(_s(x) for x in neg)),
+                None if vec is None else _s(vec),
             )
         return out
 
@@ -777,6 +780,7 @@ def _retrieval(namespace: str, retrieval_id: str, raw: bytes | str) -> Retrieval
         tuple(d.get("similarity") or ()),
         tuple((float(s), int(p), int(c)) for s, p, c in d.get("scores") or ()),
         d.get("at"),
+        d.get("vector") if isinstance(d.get("vector"), str) else None,
     )
 
 

@@ -33,15 +33,19 @@ def _key(window: int, kind: str, namespace: str) -> str:
     return keys.quota(namespace, window, kind)
 
 
-def retrieval_record_bytes(query: str, similar: Sequence[str], insight_ids: Sequence[str]) -> int:
+def retrieval_record_bytes(
+    query: str, similar: Sequence[str], insight_ids: Sequence[str], vector_chars: int = 0
+) -> int:
     """About the bytes the retrieval record of ``query`` takes in Redis (its JSON document, as
     ``RedisGraphStore.save_retrieval`` writes it): each similar query's id and cosine, each served
-    insight's id, similarity and scores."""
+    insight's id, similarity and scores; and the task's dense vector, when it carries one
+    (``vector_chars``: ``Retriever.record_vector_chars``)."""
     return (
         len(json.dumps(query))
         + sum(len(q) + 24 for q in similar)
         + sum(len(i) + 54 for i in insight_ids)
         + 120
+        + (vector_chars + 14 if vector_chars else 0)
     )
 
 
@@ -107,11 +111,16 @@ class Quotas:
             raise QuotaExceededError(what, self.retry_after_s())
 
     def charge_record(
-        self, namespace: str, query: str, similar: Sequence[str], insight_ids: Sequence[str]
+        self,
+        namespace: str,
+        query: str,
+        similar: Sequence[str],
+        insight_ids: Sequence[str],
+        vector_chars: int = 0,
     ) -> None:
         """Count the bytes of the retrieval record a retrieval wrote (``retrieval_record_bytes``)."""
         if self.record_bytes:
-            self._spend(namespace, 0, retrieval_record_bytes(query, similar, insight_ids))
+            self._spend(namespace, 0, retrieval_record_bytes(query, similar, insight_ids, vector_chars))
 
     def _spend(self, namespace: str, count: int, size: int) -> tuple[int, int]:
         """Add to this process's tally, and to Redis at most every ``RETRIEVAL_SYNC_S``; the

@@ -158,6 +158,8 @@ if new_query then
   redis.call('SADD', KEYS[3], q)
   -- no retrieval record said which queries it resembles: the projector links it once indexed
   if plan.similar == cjson.null then redis.call('HSET', qkey, 'link', '1') end
+  -- the task's vector its retrieval computed: no projector embeds the task again
+  if type(plan.query_vector) == 'string' then redis.call('HSET', qkey, 'vec', plan.query_vector) end
   query_changed = true
 end
 local degree = tonumber(plan.degree) or 0
