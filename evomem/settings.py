@@ -119,6 +119,13 @@ class Settings(BaseSettings):
         None, "this process's embedded Qdrant store (its index replica); unset: DATA_DIR/qdrant"
     )
     qdrant_api_key: SecretStr | None = _index(None, "API key of the Qdrant server at QDRANT_URL")
+    qdrant_shard_keys: bool = _index(
+        False,
+        "tiered tenancy on the Qdrant server: the past queries' collection made with custom "
+        "sharding, small namespaces under one shared shard key, a namespace past INDEX_PROMOTE_AT "
+        "moved to a shard key of its own; a collection's sharding is fixed when it is created, so "
+        "this applies to new collections only (one made otherwise is refused)",
+    )
     index_memory: Literal["pinned", "cached", "cold"] = _index(
         "pinned",
         "where the embedded store keeps its vectors' index: pinned in RAM, cached (mapped, "
@@ -142,8 +149,8 @@ class Settings(BaseSettings):
     )
     index_promote_at: int = _index(
         1000,
-        "past queries at which a namespace of the embedded store is moved to a shard of its "
-        "own, online (never back: queries are never deleted)",
+        "past queries at which a namespace is moved to a shard of its own, online (never back: "
+        "queries are never deleted); the embedded store's, and a Qdrant server's with QDRANT_SHARD_KEYS",
         ge=1,
     )
     index_open_shards: int = _index(

@@ -10,7 +10,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pytest
 from qdrant_client import QdrantClient
@@ -25,12 +25,16 @@ from evomem.core.ports import InsightPoint, QueryHit, QueryPoint, VectorIndex
 from evomem.core.retrieval import ServingInsight
 from evomem.errors import ConfigError, StoreError, StoreLockedError, TransientError
 from evomem.settings import Settings
+from tests.support.sharded_qdrant import ShardedLocal
 
 Kind = Literal["sparse", "dense"]
 Opener = Callable[..., VectorIndex]
 #: edge-own: the embedded engine with every namespace promoted to a shard of its own at its first
 #: query; edge: the default tier, small namespaces in shared shards
-BACKENDS = ["edge", "edge-own", "client", "memory"]
+#: client-shared, client-own: a Qdrant server's custom sharding (modelled over local mode,
+#: tests/support/sharded_qdrant.py) with every namespace under the shared shard key, or promoted to
+#: a key of its own at its first query
+BACKENDS = ["edge", "edge-own", "client", "client-shared", "client-own", "memory"]
 BIG = 4_000_000_000  # a crc32 bucket above 2**31: sparse indices are unsigned 32-bit
 
 
@@ -55,6 +59,19 @@ def open_index(backend: str, tmp_path: Path) -> Iterator[Opener]:
             similarity = "idf" if idf else "cosine"
             settings = Settings(data_dir=tmp_path, qdrant_url=":memory:", similarity=similarity)
             index = ClientIndex.connect(settings, kind, dim)
+        elif backend in ("client-shared", "client-own"):
+            index = ClientIndex(
+                cast(QdrantClient, ShardedLocal()),
+                kind,
+                dim if kind == "dense" else 0,
+                identity="t",
+                where="sharded",
+                local=True,
+                idf=idf,
+                shard_keys=True,
+                promote_at=1 if backend == "client-own" else 1000,
+                routing_s=0,
+            )
         else:
             index = InMemoryIndex(kind, dim, idf=idf)
         opened.append(index)
