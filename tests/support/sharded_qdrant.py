@@ -41,7 +41,7 @@ class ShardedLocal:
         return [(a, k) for n, a, k in self.calls if n == name]
 
     def _record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.calls.append((name, args, kwargs))
+        self.calls.append((name, args, dict(kwargs)))
 
     @staticmethod
     def _part(collection: str, key: Any) -> str:

@@ -12,7 +12,8 @@ past queries is moved to a shard key of its own, named by a hash of its name (``
 its points copied (scroll, then upsert guarded by version), then the switch recorded in the
 collection's metadata (one key per promoted namespace: the server merges metadata keys, so two
 processes promoting two namespaces at once do not undo each other), then, once every process has
-read the switch, its points deleted from the shared key. The switch lives in Qdrant, not in Redis,
+read the switch, its points deleted from the shared key (until then, written to both keys, so a
+process that still reads the shared one is served as current). The switch lives in Qdrant, not in Redis,
 because it describes where Qdrant holds the points: a reader that follows it always finds them,
 whatever happened to Redis (flushed, failed over, another memory's). Every process reads the
 metadata again every ``routing_s`` (``EVOMEM_TENANCY_CACHE_S``); the deletion waits
@@ -484,17 +485,21 @@ class ClientIndex:
             by_point = {query_point_id(p.namespace, p.id): (p, v) for p, v in latest(points)}
             self._write(keys.QUERY_COLLECTION, by_point, query_payload)
             return
+        self._drop_leftovers()
         by_key: dict[str, dict[str, tuple[QueryPoint, Vector | None]]] = {}
         for p, v in latest(points):
             key = self._key_of(p.namespace)
             assert key is not None
-            by_key.setdefault(key, {})[query_point_id(p.namespace, p.id)] = (p, v)
+            pid = query_point_id(p.namespace, p.id)
+            by_key.setdefault(key, {})[pid] = (p, v)
+            if key != SHARED_KEY and p.namespace in self._leftovers:
+                # its shared copy is still read by processes that have not read the switch: kept current
+                by_key.setdefault(SHARED_KEY, {})[pid] = (p, v)
         grown: set[str] = set()
         for key, by_point in sorted(by_key.items()):
-            new = self._write(keys.QUERY_COLLECTION, by_point, query_payload, key)
+            new = self._write(keys.QUERY_COLLECTION, by_point, query_payload, key, lenient=key == SHARED_KEY)
             if key == SHARED_KEY:
-                grown.update(by_point[pid][0].namespace for pid in new)
-        self._drop_leftovers()
+                grown.update(ns for pid in new if (ns := by_point[pid][0].namespace) not in self._own)
         self._maybe_promote(grown)
 
     def write_insights(self, points: Sequence[tuple[InsightPoint, Vector | None]]) -> None:
@@ -507,9 +512,12 @@ class ClientIndex:
         by_point: dict[str, tuple[Any, Vector | None]],
         payload: Any,
         key: str | None = None,
+        lenient: bool = False,
     ) -> list[str]:
         """Upsert unseen points with their vectors and set the payload of stored ones, under shard
-        key ``key`` if one is given; returns the ids of the points upserted (unseen).
+        key ``key`` if one is given; returns the ids of the points upserted (unseen). ``lenient``:
+        an unseen point without a vector is left out (a promoted namespace's shared copy, kept
+        current while it is read, need not hold a point it never held).
 
         The stored versions read first decide which is which; each write is also guarded on the
         server (``version < new``), so a projector racing this one never gets overwritten by an older
@@ -526,6 +534,8 @@ class ClientIndex:
         unseen: dict[int, list[models.PointStruct]] = {}
         for pid, (p, vec) in by_point.items():
             if pid not in stored:
+                if vec is None and lenient and p.namespace in self._own:
+                    continue
                 if vec is None:
                     raise ValueError(f"{p.id!r} is not in the index yet and came without a vector")
                 unseen.setdefault(p.version, []).append(

@@ -1,0 +1,112 @@
+"""Tiered tenancy on the Qdrant-server adapter (``EVOMEM_QDRANT_SHARD_KEYS``): a namespace promoted
+to a shard key of its own serves the same past queries, evidence and insights as a store that never
+promoted it, in the process that promoted it and in another process on the same server, before it
+read the switch and after; a write made to the shared key by a process that had not read the switch
+yet is kept. No Qdrant server can be run here: the server's custom sharding is modelled over
+qdrant-client's local mode (tests/support/sharded_qdrant.py); docs/guides/tenancy.md says what that
+leaves untested."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, cast
+
+from qdrant_client import QdrantClient
+
+from evomem import keys
+from evomem.adapters.qdrant.client import ClientIndex, own_shard_key
+from evomem.core.hashing import HashingEmbedder
+from evomem.core.ports import InsightPoint, QueryPoint
+from tests.support.sharded_qdrant import ShardedLocal
+
+TOPICS = ["truck", "sedan", "ferry", "glider", "tractor", "scooter", "barge", "tram"]
+_EMB = HashingEmbedder()
+
+
+def _text(i: int) -> str:
+    return f"Verify that the {TOPICS[i % len(TOPICS)]} number {i // len(TOPICS)} carries its load"
+
+
+def _open(client: Any, **kwargs: Any) -> ClientIndex:
+    return ClientIndex(
+        cast(QdrantClient, client), "sparse", 0, identity="t", where="x", local=True, idf=False, **kwargs
+    )
+
+
+def _report(indexes: list[ClientIndex], namespace: str, first: int, n: int) -> None:
+    """What a projector writes for ``n`` tasks: a query with its evidence, the insight it proposed."""
+    for i in range(first, first + n):
+        text, insight = _text(i), f"{namespace}-i{i % 12}"
+        supports, harms = ((insight,), ()) if i % 4 else ((), (insight,))
+        query = QueryPoint(f"q{i}", namespace, text, "resolved", 1, supports, harms)
+        node = InsightPoint(insight, namespace, f"Weigh the {TOPICS[i % 8]} first.", "active", 1 + i // 12)
+        for index in indexes:
+            index.write_queries([(query, _EMB.embed_one(text))])
+            index.write_insights([(node, _EMB.embed_one(node.text))])
+
+
+def _served(index: ClientIndex, namespace: str, probes: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for probe in probes:
+        vec = _EMB.embed_one(probe)
+        similar = index.search_queries(vec, namespace, 5)
+        evidence = index.search_evidence(vec, namespace, 6, 8)
+        ids = {h.id for h in similar + evidence}
+        out[probe] = (
+            [(h.id, round(h.score, 6), h.supports, h.harms) for h in similar],
+            [(h.id, round(h.score, 6), h.supports, h.harms) for h in evidence],
+            sorted(index.query_evidence(namespace, ids).items()),
+            sorted(index.versions("query", namespace, ids).items()),
+        )
+    return out
+
+
+def test_a_promoted_namespace_serves_the_same_before_and_after_in_every_process() -> None:
+    ns, small = "grow:{tenant}/ü", "small"
+    server = ShardedLocal()
+    # the promoting process; its shared copies stay until it is told the grace is over
+    promoting = _open(server, shard_keys=True, promote_at=40, routing_s=3600)
+    reference = _open(QdrantClient(location=":memory:"))  # a store that never promotes
+    _report([promoting, reference], ns, 0, 30)
+    _report([promoting, reference], small, 0, 5)
+    stale = _open(server, shard_keys=True, promote_at=40, routing_s=math.inf)  # reads the routing once
+    probes = [_text(i) for i in range(0, 60, 3)] + ["Verify the load of an unknown glider"]
+    before = _served(reference, ns, probes)
+    assert any(s[0] for s in before.values())
+    assert _served(promoting, ns, probes) == before == _served(stale, ns, probes)
+    assert promoting.tiers()["promoted_namespaces"] == 0
+
+    _report([promoting, reference], ns, 30, 30)  # past 40: promoted while these are written
+    assert promoting.promotions == 1
+    assert promoting.tiers() | {"promote_at": 0} == {
+        "shared_namespaces": 1,
+        "promoted_namespaces": 1,
+        "shared_shards": 1,
+        "own_shards": 1,
+        "own_shards_open": 1,
+        "promote_at": 0,
+    }
+    after = _served(reference, ns, probes)
+    assert after != before  # the 30 new tasks taught it something
+    assert _served(promoting, ns, probes) == after
+    assert promoting.count("query") == reference.count("query") == 65
+    # a process that has not read the switch yet still finds the namespace in the shared key
+    assert ns not in stale._own
+    assert _served(stale, ns, probes[:3]) == {p: after[p] for p in probes[:3]}
+
+    # ... and writes there: an edit of a past query's evidence, projected before it reads the switch
+    edited = QueryPoint("q5", ns, _text(5), "resolved", 2, (f"{ns}-i5", f"{ns}-i7"), ())
+    for index in (stale, reference):
+        index.write_queries([(edited, None)])
+    promoting._drop_leftovers(now=math.inf)  # the grace is over: copied once more, then dropped
+    assert server.base.count(f"{keys.QUERY_COLLECTION}@shared").count == 5  # the small namespace's
+    assert server.base.count(f"{keys.QUERY_COLLECTION}@{own_shard_key(ns)}").count == 60
+    fresh = _open(server, shard_keys=True, promote_at=40, routing_s=0)  # a process started now
+    stale._refresh(force=True)
+    assert stale._own == {ns: own_shard_key(ns)}
+    last = _served(reference, ns, probes)
+    assert last != after  # the edit is served
+    for index in (promoting, fresh, stale):
+        assert _served(index, ns, probes) == last
+        assert index.count("query") == reference.count("query") == 65
+    assert _served(fresh, small, probes) == _served(reference, small, probes)
