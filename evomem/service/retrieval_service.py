@@ -131,16 +131,16 @@ class RetrievalService:
         )
 
         tiers = getattr(runtime.index, "tiers", None)
-        if tiers is not None:  # the embedded store: its namespaces' tiers (docs/guides/tenancy.md)
+        if tiers is not None:  # the embedded store, a server with shard keys (docs/guides/tenancy.md)
             self.metrics.labelled_gauges(
                 "evomem_index_namespaces",
-                "Namespaces of the embedded index by tier: shared (in shared shards), own (promoted).",
+                "Namespaces of the index by tier: shared (in shared shards), own (promoted).",
                 "tier",
                 lambda: _namespaces_by_tier(tiers()),
             )
             self.metrics.labelled_gauges(
                 "evomem_index_shards",
-                "Shards of past queries of the embedded index: shared, own (promoted), own_open.",
+                "Shards of past queries of the index: shared, own (promoted), own_open.",
                 "tier",
                 lambda: _shards_by_tier(tiers()),
             )

@@ -74,11 +74,11 @@ def test_a_promoted_namespace_serves_the_same_before_and_after_in_every_process(
     before = _served(reference, ns, probes)
     assert any(s[0] for s in before.values())
     assert _served(promoting, ns, probes) == before == _served(stale, ns, probes)
-    assert promoting.tiers()["promoted_namespaces"] == 0
+    assert promoting._tiers()["promoted_namespaces"] == 0
 
     _report([promoting, reference], ns, 30, 30)  # past 40: promoted while these are written
     assert promoting.promotions == 1
-    assert promoting.tiers() | {"promote_at": 0} == {
+    assert promoting._tiers() | {"promote_at": 0} == {
         "shared_namespaces": 1,
         "promoted_namespaces": 1,
         "shared_shards": 1,

@@ -211,7 +211,7 @@ def test_the_queries_collection_is_made_with_custom_sharding_and_a_shared_key() 
     models.CreateCollection(sharding_method=made[keys.QUERY_COLLECTION]["sharding_method"])
     models.CreateShardingKey(shard_key="shared")
     again = _sharded(store)  # a second process: the key exists already, which is fine
-    assert again.tiers()["shared_namespaces"] == 0
+    assert again._tiers()["shared_namespaces"] == 0
 
 
 @pytest.mark.parametrize("promote_at", [1000, 2])
@@ -250,7 +250,7 @@ def test_every_read_and_write_of_past_queries_names_a_safe_shard_key(promote_at:
     for args, _ in store.named("delete"):
         assert args[1].shard_key == "shared"
     made = {args[1] for args, _ in store.named("create_shard_key")}
-    tiers = index.tiers()
+    tiers = index._tiers()
     if promote_at == 2:
         assert made == {"shared"} | {own_shard_key(ns) for ns in HOSTILE}
         assert tiers["promoted_namespaces"] == len(HOSTILE) and tiers["shared_namespaces"] == 0
@@ -300,3 +300,14 @@ def test_shard_keys_need_a_server_and_a_collection_made_for_them() -> None:
     _sharded(sharded)
     with pytest.raises(ConfigError, match="with custom sharding"):
         ClientIndex(cast(QdrantClient, sharded), "sparse", 0, identity="t", where="m", local=True)
+
+
+def test_without_shard_keys_there_are_no_tiers_to_show_and_no_shard_key_is_named() -> None:
+    store = ShardedLocal()
+    index = ClientIndex(cast(QdrantClient, store), "sparse", 0, identity="t", where="m", local=True)
+    assert index.tiers is None  # evomem stats and /metrics show none, as before
+    assert _sharded(ShardedLocal()).tiers is not None
+    _fill(index, HOSTILE[:2])
+    index.search_queries(_EMB.embed_one("check the year"), HOSTILE[0], 5)
+    assert not any("shard_key_selector" in kwargs for _, kwargs in _query_calls(store))
+    assert not store.named("create_shard_key")

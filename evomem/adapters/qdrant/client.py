@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -114,6 +114,9 @@ def _on(key: str | None) -> dict[str, Any]:
 class ClientIndex:
     """A ``VectorIndex`` on two collections of a Qdrant server, reached through qdrant-client."""
 
+    #: with shard keys, how the namespaces are held (``evomem stats``, ``/metrics``); None without
+    tiers: Callable[[], dict[str, int]] | None
+
     def __init__(
         self,
         client: QdrantClient,
@@ -143,6 +146,7 @@ class ClientIndex:
         self.promote_at = promote_at
         self.routing_s = routing_s
         self.promotions = 0  # namespaces promoted by this process
+        self.tiers = self._tiers if shard_keys else None
         self._routing = threading.Lock()
         self._own: dict[str, str] = {}  # promoted namespace -> its shard key, as last read
         self._read_at = float("-inf")
@@ -443,11 +447,9 @@ class ClientIndex:
             with self._routing:
                 self._leftovers.pop(namespace, None)
 
-    def tiers(self) -> dict[str, int]:
-        """How the namespaces' past queries are held (with EVOMEM_QDRANT_SHARD_KEYS): namespaces
-        under the shared shard key, those promoted to one of their own. The keys of ``EdgeIndex.tiers``."""
-        if not self.shard_keys:
-            raise ConfigError("tiers are kept on a Qdrant server only with EVOMEM_QDRANT_SHARD_KEYS")
+    def _tiers(self) -> dict[str, int]:
+        """How the namespaces' past queries are held: namespaces under the shared shard key, those
+        promoted to one of their own. The keys of ``EdgeIndex.tiers``; ``tiers`` with shard keys."""
         self._refresh(force=True)
         promoted = set(self._own)
         with self._boundary("counting"):
