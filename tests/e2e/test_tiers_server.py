@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 
+import pytest
 from qdrant_client import QdrantClient
 
 from evomem import keys
@@ -110,3 +111,47 @@ def test_a_promoted_namespace_serves_the_same_before_and_after_in_every_process(
         assert _served(index, ns, probes) == last
         assert index.count("query") == reference.count("query") == 65
     assert _served(fresh, small, probes) == _served(reference, small, probes)
+
+
+_IDF_COUNTS_EVERY_TENANT = (
+    "the server's IDF modifier counts every point a search's shard key holds (N of its formula), "
+    "a flood's too; each word's document frequency is the tenant's own, but the flood's points "
+    "shift the weights and near ties of the evidence search's ranking (docs/guides/tenancy.md)"
+)
+
+
+@pytest.mark.parametrize(
+    "idf", [False, pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=_IDF_COUNTS_EVERY_TENANT))]
+)
+def test_a_flooding_tenant_changes_nothing_its_shard_key_mates_are_served(idf: bool) -> None:
+    """2,000 past queries of the same words as a quiet tenant's, under the same shared shard key:
+    with cosine similarity the quiet tenant is served what it was (its dimensions and its filter
+    are its own); with IDF it is not, which this test records (strict: it fails once it holds)."""
+    index = ClientIndex(
+        cast(QdrantClient, ShardedLocal()),
+        "sparse",
+        0,
+        identity="t",
+        where="x",
+        local=True,
+        idf=idf,
+        shard_keys=True,
+        promote_at=1_000_000,
+        routing_s=0,
+    )
+    _report([index], "quiet", 0, 40)
+    probes = [_text(i) for i in range(0, 80, 3)]
+    before = _served(index, "quiet", probes)
+    assert any(s[0] for s in before.values())
+    for batch in range(8):
+        index.write_queries(
+            [
+                (
+                    QueryPoint(f"f{i}", "flood:{x}", _text(i), "failed", 1, ("flood-i",), ()),
+                    _EMB.embed_one(_text(i)),
+                )
+                for i in range(batch * 250, (batch + 1) * 250)
+            ]
+        )
+    assert index._tiers()["shared_namespaces"] == 2
+    assert _served(index, "quiet", probes) == before

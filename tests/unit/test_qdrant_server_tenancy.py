@@ -25,7 +25,22 @@ from evomem.core.ports import InsightPoint, QueryPoint
 from evomem.errors import ConfigError
 from tests.support.sharded_qdrant import ShardedLocal
 
-HOSTILE = ("a" * 300, "üñí/çødé", "../../etc/passwd", "ns:{tag}:x", "{a}", "white space\n")
+HOSTILE = (
+    "a" * 300,
+    "x" * 4096,
+    "üñí/çødé",
+    "租户-日本語-🚀",
+    "../../etc/passwd",
+    "/absolute/path",
+    "ns\\with\\backslashes",
+    "ns:{tag}:x",
+    "{a}",
+    "{}",
+    "white space\n",
+    ".",
+    "..",
+    "",
+)
 _EMB = HashingEmbedder()
 
 
