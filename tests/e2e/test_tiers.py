@@ -199,12 +199,20 @@ def _same_shard_as(namespace: str, prefix: str) -> str:
     raise AssertionError("no name found in the same shard")
 
 
+#: the embedded store; a Qdrant server's adapter (qdrant-client's local mode: every namespace in
+#: one collection, as on a server without shard keys), with cosine similarity: with IDF its
+#: modifier counts every tenant's points (docs/guides/tenancy.md, tests/e2e/test_tiers_server.py)
+_FLOODED = {"embedded": {}, "qdrant-server": {"qdrant_url": ":memory:", "similarity": "cosine"}}
+
+
+@pytest.mark.parametrize("index", sorted(_FLOODED))
 def test_a_flooding_tenant_is_held_to_its_quota_and_changes_nothing_its_shard_mates_are_served(
-    settings: Settings, services: Any, redis_client: redis.Redis
+    settings: Settings, services: Any, redis_client: redis.Redis, index: str
 ) -> None:
     quiet = f"quiet-{uuid.uuid4().hex[:8]}"
     flood = _same_shard_as(quiet, f"flood-{uuid.uuid4().hex[:6]}")
-    srv = services("flood", quota_events_per_minute=25)
+    srv = services("flood", quota_events_per_minute=25, **_FLOODED[index])
+    assert isinstance(srv.service.runtime.index, EdgeIndex) == (index == "embedded")
     with Memory.open_local(settings, index=False) as writer:
         _report(writer, quiet, 0, 12)
         writer.consolidate()
@@ -227,4 +235,5 @@ def test_a_flooding_tenant_is_held_to_its_quota_and_changes_nothing_its_shard_ma
             lambda: _queries_indexed(srv) == 12 + 25, WAIT_S, "the flood's admitted queries in the index"
         )
     assert {q: _retrieve(srv, quiet, q) for q in probes} == before
-    assert _tiers(srv)["shared_namespaces"] == 2
+    if index == "embedded":
+        assert _tiers(srv)["shared_namespaces"] == 2
