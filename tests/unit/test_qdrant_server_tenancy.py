@@ -326,3 +326,26 @@ def test_without_shard_keys_there_are_no_tiers_to_show_and_no_shard_key_is_named
     index.search_queries(_EMB.embed_one("check the year"), HOSTILE[0], 5)
     assert not any("shard_key_selector" in kwargs for _, kwargs in _query_calls(store))
     assert not store.named("create_shard_key")
+
+
+def test_a_batch_of_many_namespaces_costs_one_request_a_shard_key_not_one_a_namespace() -> None:
+    store = ShardedLocal()
+    index = _sharded(store)
+    store.calls.clear()
+    batch = [
+        (
+            QueryPoint("q1", f"tenant-{n}", "check the year", "resolved", 1, ("i1",), ()),
+            _EMB.embed_one("check the year"),
+        )
+        for n in range(50)
+    ]
+    index.write_queries(batch)
+    on_queries = [(name, args) for name, args, _ in store.calls if args and args[0] == keys.QUERY_COLLECTION]
+    # the routing read once, the stored versions, the writes, the counts for promotion
+    assert sorted(name for name, _ in on_queries) == [
+        "batch_update_points",
+        "facet",
+        "get_collection",
+        "retrieve",
+    ]
+    assert index.count("query") == 50

@@ -365,14 +365,26 @@ class ClientIndex:
         return self._own.get(namespace, SHARED_KEY)
 
     def _maybe_promote(self, namespaces: Collection[str]) -> None:
-        for namespace in sorted(namespaces):
-            only = models.Filter(must=[self._match("namespace", namespace)])
-            with self._boundary("counting"):
-                held = self.client.count(
-                    keys.QUERY_COLLECTION, count_filter=only, exact=True, shard_key_selector=SHARED_KEY
-                ).count
-            if int(held) >= self.promote_at:
-                self._promote(namespace)
+        """Promote those of ``namespaces`` (given new points under the shared key) that hold
+        ``promote_at`` past queries there: one facet request for them all, however many a batch touched."""
+        if not namespaces:
+            return
+        touched = sorted(namespaces)
+        only = models.Filter(
+            must=[models.FieldCondition(key="namespace", match=models.MatchAny(any=touched))]
+        )
+        with self._boundary("counting"):
+            found = self.client.facet(
+                keys.QUERY_COLLECTION,
+                "namespace",
+                facet_filter=only,
+                limit=len(touched),
+                exact=True,
+                shard_key_selector=SHARED_KEY,
+            )
+        for hit in sorted(found.hits, key=lambda h: str(h.value)):
+            if int(hit.count) >= self.promote_at and str(hit.value) not in self._own:
+                self._promote(str(hit.value))
 
     def _promote(self, namespace: str) -> None:
         """Move a namespace's past queries from the shared shard key to one of its own, online:
@@ -487,11 +499,11 @@ class ClientIndex:
             by_point = {query_point_id(p.namespace, p.id): (p, v) for p, v in latest(points)}
             self._write(keys.QUERY_COLLECTION, by_point, query_payload)
             return
+        self._refresh()  # once a batch, not once a point
         self._drop_leftovers()
         by_key: dict[str, dict[str, tuple[QueryPoint, Vector | None]]] = {}
         for p, v in latest(points):
-            key = self._key_of(p.namespace)
-            assert key is not None
+            key = self._own.get(p.namespace, SHARED_KEY)
             pid = query_point_id(p.namespace, p.id)
             by_key.setdefault(key, {})[pid] = (p, v)
             if key != SHARED_KEY and p.namespace in self._leftovers:
