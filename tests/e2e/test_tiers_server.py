@@ -9,15 +9,22 @@ leaves untested."""
 from __future__ import annotations
 
 import math
+import threading
+import uuid
+from pathlib import Path
 from typing import Any, cast
 
+import httpx
 import pytest
+import redis
 from qdrant_client import QdrantClient
 
-from evomem import keys
+from evomem import Memory, Settings, keys
 from evomem.adapters.qdrant.client import ClientIndex, own_shard_key
 from evomem.core.hashing import HashingEmbedder
 from evomem.core.ports import InsightPoint, QueryPoint
+from evomem.service.server import EvomemHTTPServer, build_server
+from tests.support.pipeline_helpers import Workers, wait_for
 from tests.support.sharded_qdrant import ShardedLocal
 
 TOPICS = ["truck", "sedan", "ferry", "glider", "tractor", "scooter", "barge", "tram"]
@@ -155,3 +162,116 @@ def test_a_flooding_tenant_changes_nothing_its_shard_key_mates_are_served(idf: b
         )
     assert index._tiers()["shared_namespaces"] == 2
     assert _served(index, "quiet", probes) == before
+
+
+def test_a_namespace_promoted_while_workers_and_services_run_on_one_server_serves_the_same(
+    settings: Settings,
+    redis_url: str,
+    tmp_path: Path,
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two retrieval services on one (modelled) server, both projecting into it with shard keys
+    and promoting at 40 past queries, and a reference service on a store of its own that never
+    promotes. While a worker applies events and retrievals keep coming, the namespace is promoted;
+    before and after, all three serve the same insights with the same scores."""
+    shared_server, own_server = ShardedLocal(), ShardedLocal()
+
+    def connect(s: Settings, kind: Any, dim: int) -> ClientIndex:
+        server = shared_server if s.qdrant_shard_keys else own_server
+        return ClientIndex(
+            cast(QdrantClient, server),
+            kind,
+            dim,
+            identity="qdrant:model" if s.qdrant_shard_keys else "qdrant:reference",
+            where="model",
+            local=True,
+            idf=s.similarity == "idf",
+            shard_keys=True,
+            promote_at=s.index_promote_at if s.qdrant_shard_keys else 1_000_000,
+            routing_s=s.tenancy_cache_s,
+        )
+
+    monkeypatch.setattr(ClientIndex, "connect", staticmethod(connect))
+    base = {"http_port": 0, "qdrant_url": "http://qdrant.invalid:6333", "similarity": "cosine"}
+    tiered = {**base, "qdrant_shard_keys": True, "index_promote_at": 40, "tenancy_cache_s": 0.2}
+    started: list[EvomemHTTPServer] = []
+
+    def start(**update: Any) -> EvomemHTTPServer:
+        srv = build_server(settings.model_copy(update=update))
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        started.append(srv)
+        return srv
+
+    ns, small = f"grow:{uuid.uuid4().hex[:6]}", f"small-{uuid.uuid4().hex[:8]}"
+    services = [start(**tiered), start(**tiered), start(**base)]
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def retrieve(srv: EvomemHTTPServer, namespace: str, query: str) -> list[tuple[str, float]]:
+        resp = httpx.post(srv.url + "/v1/retrieve", json={"query": query, "namespace": namespace}, timeout=30)
+        assert resp.status_code == 200, resp.text
+        return [(i["id"], round(i["score"], 6)) for i in resp.json()["insights"]]
+
+    def indexed(srv: EvomemHTTPServer) -> int:
+        index = srv.service.runtime.index
+        assert index is not None
+        return index.count("query")
+
+    def keep_retrieving() -> None:
+        i = 0
+        while not stop.is_set():
+            srv = services[i % 2]
+            resp = httpx.post(srv.url + "/v1/retrieve", json={"query": _text(i), "namespace": ns}, timeout=30)
+            if resp.status_code != 200:
+                failures.append(resp.text)
+            i += 1
+
+    def report(writer: Memory, namespace: str, first: int, n: int) -> None:
+        for i in range(first, first + n):
+            writer.report(
+                None,
+                namespace=namespace,
+                query=_text(i),
+                status="resolved" if i % 4 else "failed",
+                proposed_insight=f"Weigh the {TOPICS[i % len(TOPICS)]} before claim {i}.",
+            )
+
+    def served(namespace: str) -> list[dict[str, Any]]:
+        return [{q: retrieve(srv, namespace, q) for q in probes} for srv in services]
+
+    probes = [_text(i) for i in range(0, 60, 3)] + ["Verify the load of an unknown glider"]
+    workers = Workers(redis_url, tmp_path)
+    workers.start(1)
+    try:
+        with Memory.open_local(settings, index=False) as writer:
+            report(writer, ns, 0, 30)
+            report(writer, small, 0, 5)
+            for srv in services:
+                wait_for(lambda srv=srv: indexed(srv) == 35, 60.0, "35 queries indexed")
+            first = served(ns)
+            assert first[0] == first[1] == first[2] and any(first[0].values())
+            retriever = threading.Thread(target=keep_retrieving)
+            retriever.start()
+            report(writer, ns, 30, 30)  # past 40: promoted while the worker applies these
+            for srv in services:
+                wait_for(lambda srv=srv: indexed(srv) == 65, 60.0, "65 queries indexed")
+            stop.set()
+            retriever.join()
+        assert not failures
+        assert shared_server.keys[keys.QUERY_COLLECTION] == ["shared", own_shard_key(ns)]
+        later = served(ns)
+        assert later[0] == later[1] == later[2] and later[0] != first[0]
+        mates = served(small)
+        assert mates[0] == mates[1] == mates[2]
+        for srv in services[:2]:
+            metrics = httpx.get(srv.url + "/metrics", timeout=10).text
+            assert 'evomem_index_namespaces{tier="own"} 1' in metrics
+            assert 'evomem_index_namespaces{tier="shared"} 1' in metrics
+    finally:
+        stop.set()
+        workers.stop()
+        for srv in started:
+            srv.shutdown()
+            srv.server_close()
+            srv.service.runtime.close()
