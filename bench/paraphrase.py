@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -232,7 +233,8 @@ def main(argv: list[str] | None = None) -> None:
                 + (f"; load average {load[0]:.2f}" if load else "")
             )
     section = {
-        "command": "python -m bench.paraphrase " + " ".join(argv or []),
+        "command": " ".join(["python -m bench.paraphrase", *(sys.argv[1:] if argv is None else argv)]),
+        "load_avg_start": [round(x, 2) for x in load] if load else None,
         "corpus": (
             f"STS-B ({STSB_PACKAGE}), pairs scored >= {args.stsb_score}, {len(ps)} pairs, "
             f"{args.draw} draw (seed {args.seed})"
