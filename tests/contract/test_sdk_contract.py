@@ -177,13 +177,25 @@ def test_what_does_not_exist_is_not_found(client: Any) -> None:
             getattr(mem, call)(*args)
 
 
+def _retrieval_record(mem: Any, retrieval_id: str) -> Any:
+    """The record of a retrieval: the SDK writes it off the retrieval's path, so it may land a
+    moment after the answer."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            return mem.retrieval(retrieval_id, NS)
+        except NotFoundError:
+            assert time.monotonic() < deadline, "the retrieval's record was never written"
+            time.sleep(0.02)
+
+
 def test_pin_revert_and_the_review_queue_answer_alike(client: Any) -> None:
     mem, settle = client
     added = mem.report(status="failed", namespace=NS, query=TASK, proposed_insight=LESSON)
     settle()
     r = mem.retrieve(TASK, NS)
     lesson = r.insights[0].id
-    audit = mem.retrieval(r.id, NS)
+    audit = _retrieval_record(mem, r.id)
     assert [s.id for s in audit.insights] == [lesson] and audit.query == TASK
 
     request_id = mem.pin(lesson, namespace=NS, reason="verified by hand")
