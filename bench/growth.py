@@ -27,7 +27,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -288,6 +288,28 @@ def checkpoint(build: Build, first_window: int, window_size: int, sample: Sequen
     }
 
 
+@dataclass
+class Span:
+    """Tasks ``[start, end)`` of the build, profiled apart (``--profile-windows``)."""
+
+    name: str
+    start: int
+    end: int
+    profiler: cProfile.Profile = field(default_factory=cProfile.Profile)
+
+
+def window_spans(total: int, window: int, tasks: int) -> list[Span]:
+    """The ``tasks`` right after the first throughput window and right before the last one: the
+    profiles of the memory as it starts and as it ends, taken beside the timed windows (which stay
+    unprofiled, so their rates are the plain build's)."""
+    if tasks <= 0 or total < 2 * window + 2 * tasks:
+        return []
+    return [
+        Span("after the first window", window, window + tasks),
+        Span("before the last window", total - window - tasks, total - window),
+    ]
+
+
 def run_build(
     settings: Settings,
     checkpoints: list[int],
@@ -310,15 +332,22 @@ def run_build(
     world = World(args.tenants, args.seed)
     sample = World(args.tenants, args.seed + 1_000).distinct_tasks(args.sample)
     build = Build(mem, world, Agent(args.seed), seed=args.seed, every=args.consolidate_every, window=win)
+    spans = window_spans(total, win, args.profile_windows)
     try:
         bar = Progress(err, "build", total, not args.no_progress)
         if profiler:
             profiler.enable()
         while build.done < total:
+            for span in spans:
+                if build.done == span.start:
+                    span.profiler.enable()
             build.task()
             n = build.done
             if n % args.consolidate_every == 0 or n in checkpoints:
                 build.consolidate()
+            for span in spans:
+                if n == span.end:
+                    span.profiler.disable()
             if n in boundaries or n % args.consolidate_every == 0:
                 build.snapshots[n] = build.snapshot()
             bar.update(n)
@@ -347,6 +376,18 @@ def run_build(
         build.mem.close()
         shutil.rmtree(first_copy, ignore_errors=True)
         shutil.rmtree(first_copy.with_name("empty"), ignore_errors=True)
+    if spans:
+        results[-1]["profiled_spans"] = [
+            {
+                "name": sp.name,
+                "tasks": [sp.start, sp.end],
+                "top_cumulative": profile_summary(sp.profiler, 40)[1],
+            }
+            for sp in spans
+        ]
+        for sp in spans:
+            err.write(f"\ncProfile of tasks {sp.start:,}-{sp.end:,} ({sp.name}):\n")
+            err.write(profile_summary(sp.profiler, 25)[0])
     return results, paired
 
 
@@ -567,6 +608,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="do not keep the first checkpoint's memory to measure its retrieve p50 beside the last one's",
     )
     parser.add_argument("--profile", action="store_true", help="cProfile the build; print the top functions")
+    parser.add_argument(
+        "--profile-windows",
+        type=int,
+        default=0,
+        metavar="TASKS",
+        help="cProfile TASKS tasks right after the first window and right before the last one, apart "
+        "(the timed windows stay unprofiled); stored with the last checkpoint (default: 0, off)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     parser.add_argument(
         "--check", action="store_true", help="exit with status 1 when an acceptance check fails"
@@ -601,6 +650,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     )
     out.flush()
     root = Path(tempfile.mkdtemp(prefix="evomem-growth-")) if args.data_dir is None else args.data_dir
+    if args.profile and args.profile_windows:
+        raise SystemExit("--profile and --profile-windows cannot run together (one profiler at a time)")
     profiler = cProfile.Profile() if args.profile else None
     hot_doc = None
     try:

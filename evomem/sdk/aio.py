@@ -9,10 +9,20 @@ event loop goes on meanwhile. Nothing is written twice: both wrap what ``Memory`
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
+from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
-from evomem.results import ConsolidationReport, EventState, InsightView, LineageStep, Retrieval
+from evomem.results import (
+    ConsolidationReport,
+    EventState,
+    InsightView,
+    LineageStep,
+    Retrieval,
+    RetrievalAudit,
+    ReviewItem,
+)
 from evomem.sdk.memory import Memory
 from evomem.sdk.protocol import AsyncBackend
 from evomem.sdk.remote import AsyncRemoteBackend
@@ -29,13 +39,21 @@ class AsyncLocalBackend:
         self.memory = memory
 
     async def retrieve(
-        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        as_of: datetime | None = None,
     ) -> Retrieval:
-        return await asyncio.to_thread(self.memory.retrieve, query, namespace, top_k=top_k, budget=budget)
+        return await asyncio.to_thread(
+            self.memory.retrieve, query, namespace, top_k=top_k, budget=budget, as_of=as_of
+        )
 
     async def report(
         self,
-        retrieval: Retrieval | TaskEvent | None = None,
+        retrieval: Retrieval | TaskEvent | str | None = None,
         *,
         status: str | None = None,
         namespace: str | None = None,
@@ -49,8 +67,10 @@ class AsyncLocalBackend:
     async def consolidate(self, max_events: int | None = None) -> ConsolidationReport:
         return await asyncio.to_thread(self.memory.consolidate, max_events)
 
-    async def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:
-        return await asyncio.to_thread(self.memory.insight, insight_id, namespace)
+    async def insight(
+        self, insight_id: str, namespace: str | None = None, *, as_of: datetime | None = None
+    ) -> InsightView:
+        return await asyncio.to_thread(self.memory.insight, insight_id, namespace, as_of=as_of)
 
     async def event(self, event_id: str, namespace: str | None = None) -> EventState:
         return await asyncio.to_thread(self.memory.event, event_id, namespace)
@@ -60,6 +80,111 @@ class AsyncLocalBackend:
 
     async def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:
         return await asyncio.to_thread(self.memory.backend.query_texts, namespace, ids)
+
+    async def retrieval(self, retrieval_id: str, namespace: str = "default") -> RetrievalAudit:
+        return await asyncio.to_thread(self.memory.retrieval, retrieval_id, namespace)
+
+    async def revert(
+        self,
+        event_id: str | None = None,
+        *,
+        namespace: str = "default",
+        insight_id: str | None = None,
+        since: datetime | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return await asyncio.to_thread(
+            partial(
+                self.memory.revert,
+                event_id,
+                namespace=namespace,
+                insight_id=insight_id,
+                since=since,
+                by=by,
+                reason=reason,
+                request_id=request_id,
+            )
+        )
+
+    async def pin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return await asyncio.to_thread(
+            partial(
+                self.memory.pin, insight_id, namespace=namespace, by=by, reason=reason, request_id=request_id
+            )
+        )
+
+    async def unpin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return await asyncio.to_thread(
+            partial(
+                self.memory.unpin,
+                insight_id,
+                namespace=namespace,
+                by=by,
+                reason=reason,
+                request_id=request_id,
+            )
+        )
+
+    async def reviews(self, namespace: str = "default", state: str | None = "pending") -> list[ReviewItem]:
+        return await asyncio.to_thread(self.memory.reviews, namespace, state)
+
+    async def approve(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return await asyncio.to_thread(
+            partial(
+                self.memory.approve,
+                review_id,
+                namespace=namespace,
+                by=by,
+                reason=reason,
+                request_id=request_id,
+            )
+        )
+
+    async def reject(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return await asyncio.to_thread(
+            partial(
+                self.memory.reject,
+                review_id,
+                namespace=namespace,
+                by=by,
+                reason=reason,
+                request_id=request_id,
+            )
+        )
 
     async def close(self) -> None:
         await asyncio.to_thread(self.memory.close)
@@ -97,14 +222,20 @@ class AsyncMemory:
         return self.backend.remote
 
     async def retrieve(
-        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        as_of: datetime | None = None,
     ) -> Retrieval:
         """``Memory.retrieve``."""
-        return await self.backend.retrieve(query, namespace, top_k=top_k, budget=budget)
+        return await self.backend.retrieve(query, namespace, top_k=top_k, budget=budget, as_of=as_of)
 
     async def report(
         self,
-        retrieval: Retrieval | TaskEvent | None = None,
+        retrieval: Retrieval | TaskEvent | str | None = None,
         *,
         status: str | None = None,
         namespace: str | None = None,
@@ -118,9 +249,11 @@ class AsyncMemory:
         """``Memory.consolidate``."""
         return await self.backend.consolidate(max_events)
 
-    async def insight(self, insight_id: str, namespace: str | None = None) -> InsightView:
+    async def insight(
+        self, insight_id: str, namespace: str | None = None, *, as_of: datetime | None = None
+    ) -> InsightView:
         """``Memory.insight``."""
-        return await self.backend.insight(insight_id, namespace)
+        return await self.backend.insight(insight_id, namespace, as_of=as_of)
 
     async def event(self, event_id: str, namespace: str | None = None) -> EventState:
         """``Memory.event``."""
@@ -129,6 +262,93 @@ class AsyncMemory:
     async def lineage(self, insight_id: str) -> list[LineageStep]:
         """``Memory.lineage``."""
         return await self.backend.lineage(insight_id)
+
+    # -- undo, look back, protect; the review queue (docs/guides/lifecycle.md) -------------------------
+    async def retrieval(self, retrieval_id: str, namespace: str = "default") -> RetrievalAudit:
+        """``Memory.retrieval``."""
+        return await self.backend.retrieval(retrieval_id, namespace)
+
+    async def revert(
+        self,
+        event_id: str | None = None,
+        *,
+        namespace: str = "default",
+        insight_id: str | None = None,
+        since: datetime | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """``Memory.revert``."""
+        return await self.backend.revert(
+            event_id,
+            namespace=namespace,
+            insight_id=insight_id,
+            since=since,
+            by=by,
+            reason=reason,
+            request_id=request_id,
+        )
+
+    async def pin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """``Memory.pin``."""
+        return await self.backend.pin(
+            insight_id, namespace=namespace, by=by, reason=reason, request_id=request_id
+        )
+
+    async def unpin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """``Memory.unpin``."""
+        return await self.backend.unpin(
+            insight_id, namespace=namespace, by=by, reason=reason, request_id=request_id
+        )
+
+    async def reviews(self, namespace: str = "default", state: str | None = "pending") -> list[ReviewItem]:
+        """``Memory.reviews``."""
+        return await self.backend.reviews(namespace, state)
+
+    async def approve(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """``Memory.approve``."""
+        return await self.backend.approve(
+            review_id, namespace=namespace, by=by, reason=reason, request_id=request_id
+        )
+
+    async def reject(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """``Memory.reject``."""
+        return await self.backend.reject(
+            review_id, namespace=namespace, by=by, reason=reason, request_id=request_id
+        )
 
     async def close(self) -> None:
         await self.backend.close()

@@ -120,12 +120,18 @@ class AsyncBackend(Protocol):
     remote: bool
 
     async def retrieve(
-        self, query: str, namespace: str = "default", *, top_k: int | None = None, budget: int | None = None
+        self,
+        query: str,
+        namespace: str = "default",
+        *,
+        top_k: int | None = None,
+        budget: int | None = None,
+        as_of: datetime | None = None,
     ) -> Retrieval: ...
 
     async def report(
         self,
-        retrieval: Retrieval | TaskEvent | None = None,
+        retrieval: Retrieval | TaskEvent | str | None = None,
         *,
         status: str | None = None,
         namespace: str | None = None,
@@ -135,11 +141,71 @@ class AsyncBackend(Protocol):
 
     async def consolidate(self, max_events: int | None = None) -> ConsolidationReport: ...
 
-    async def insight(self, insight_id: str, namespace: str | None = None) -> InsightView: ...
+    async def insight(
+        self, insight_id: str, namespace: str | None = None, *, as_of: datetime | None = None
+    ) -> InsightView: ...
 
     async def lineage(self, insight_id: str) -> list[LineageStep]: ...
 
     async def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]: ...
+
+    async def retrieval(self, retrieval_id: str, namespace: str = "default") -> RetrievalAudit: ...
+
+    async def revert(
+        self,
+        event_id: str | None = None,
+        *,
+        namespace: str = "default",
+        insight_id: str | None = None,
+        since: datetime | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    async def pin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    async def unpin(
+        self,
+        insight_id: str,
+        *,
+        namespace: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    async def reviews(
+        self, namespace: str = "default", state: str | None = "pending"
+    ) -> list[ReviewItem]: ...
+
+    async def approve(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
+
+    async def reject(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str: ...
 
     async def event(self, event_id: str, namespace: str | None = None) -> EventState: ...
 

@@ -563,6 +563,31 @@ class AsyncRemoteBackend:
     ) -> str:
         return await self._run(Calls.pin("unpin", insight_id, namespace, reason, request_id))
 
+    async def reviews(self, namespace: str = "default", state: str | None = "pending") -> list[ReviewItem]:
+        return await self._run(Calls.reviews(namespace, state))
+
+    async def approve(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return await self._run(Calls.review("approve", review_id, namespace, reason, request_id))
+
+    async def reject(
+        self,
+        review_id: str,
+        *,
+        namespace: str = "default",
+        by: str | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        return await self._run(Calls.review("reject", review_id, namespace, reason, request_id))
+
     async def query_texts(self, namespace: str, ids: list[str]) -> dict[str, str]:
         return {}
 

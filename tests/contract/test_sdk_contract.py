@@ -175,3 +175,41 @@ def test_what_does_not_exist_is_not_found(client: Any) -> None:
     ]:
         with pytest.raises(NotFoundError):
             getattr(mem, call)(*args)
+
+
+def test_pin_revert_and_the_review_queue_answer_alike(client: Any) -> None:
+    mem, settle = client
+    added = mem.report(status="failed", namespace=NS, query=TASK, proposed_insight=LESSON)
+    settle()
+    r = mem.retrieve(TASK, NS)
+    lesson = r.insights[0].id
+    audit = mem.retrieval(r.id, NS)
+    assert [s.id for s in audit.insights] == [lesson] and audit.query == TASK
+
+    request_id = mem.pin(lesson, namespace=NS, reason="verified by hand")
+    assert str(uuid.UUID(request_id)) == request_id
+    settle()
+    assert mem.insight(lesson).pinned
+    harmed = mem.report(mem.retrieve(TASK, NS), status="failed", insight_feedback={lesson: "harmful"})
+    settle()
+    assert mem.event(harmed).state == "applied"
+    view = mem.insight(lesson)
+    assert view.state == "active" and view.negative  # pinned: the verdict is evidence, not an archive
+    mem.unpin(lesson, namespace=NS)
+    settle()
+    assert not mem.insight(lesson).pinned
+
+    same = str(uuid.uuid4())
+    assert mem.revert(added, namespace=NS, request_id=same) == same
+    assert mem.revert(added, namespace=NS, request_id=same) == same  # the same request twice is one revert
+    settle()
+    view = mem.insight(lesson)
+    assert view.state == "archived" and [h.op for h in view.history].count("REVERT") == 1
+    assert mem.retrieve(TASK, NS).insights == ()
+
+    assert mem.reviews(NS) == [] and mem.reviews(NS, state=None) == []
+    for call in ("approve", "reject"):
+        with pytest.raises(NotFoundError):
+            getattr(mem, call)(str(uuid.uuid4()), namespace=NS)
+    with pytest.raises(NotFoundError):
+        mem.revert(str(uuid.uuid4()), namespace=NS)
