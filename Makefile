@@ -99,8 +99,8 @@ bench-cluster: install   ## one server against a local Redis Cluster (3 masters 
 bench-quality: install   ## long-horizon memory quality (bench/README.md); figures into bench/results.json
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench.quality
-	$(BIN)/python -m bench.quality --set embedder=e5 --worlds lookalike,mixed-j10 \
-		--arms add+keep/weighted,all-evidence/weighted --seeds 2 --no-plot
+	$(BIN)/python -m bench.quality --set embedder=e5 --worlds lookalike,overgeneral,drift,mixed-j10 \
+		--arms add+keep/weighted,all-evidence/weighted --seeds 5 --no-plot
 	$(BIN)/python -m bench.paraphrase
 	$(BIN)/python -m bench.paraphrase --kind STSB
 

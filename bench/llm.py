@@ -137,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
             "llm_model": "evomem-bench",
             "llm_tokenizer": "estimate",
             "batch_size": 256,
+            "embedder": "hashing",
         }
         try:
             tokens = {}

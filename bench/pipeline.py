@@ -31,7 +31,7 @@ from evomem.settings import Settings
 from schemas import TaskEvent
 
 RESULTS = Path("bench/results.json")
-WORKER_ENV = {"EVOMEM_PUMP_INTERVAL_S": "0.05", "EVOMEM_BATCH_WAIT_MS": "50"}
+WORKER_ENV = {"EVOMEM_PUMP_INTERVAL_S": "0.05", "EVOMEM_BATCH_WAIT_MS": "50", "EVOMEM_EMBEDDER": "hashing"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         workdir = Path(tmp)
         server = EmbeddedRedis(workdir / "data")
         url = server.ensure()
-        settings = Settings(data_dir=workdir / "data", redis_url=url)
+        settings = Settings(data_dir=workdir / "data", redis_url=url, embedder="hashing")
         client = connect(url)
         try:
             worker = open_worker(settings, client)

