@@ -622,7 +622,7 @@ def bench_size(
     profile: bool,
     out: TextIO,
 ) -> SizeResult:
-    settings = embedded_settings(data_dir)
+    settings = embedded_settings(data_dir, embedder="hashing")  # the figures are the hashing embedder's
     stats = build_dataset(settings, n_queries, n_insights, seed=seed, progress=progress, out=out)
     t0 = time.perf_counter()
     mem = open_memory(settings)  # what a restarted service does: AOF replay, shards from disk

@@ -9,6 +9,7 @@ import contextlib
 import functools
 import json
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -173,11 +174,19 @@ def service_point(
 
 
 def wait_warm(host: str, port: int, timeout_s: float = 1800) -> dict[str, Any]:
-    """Poll ``/healthz`` until the service's word-set cache is no longer warming; its last state."""
+    """Poll ``/healthz`` until the service's word-set cache is no longer warming; its last state. A
+    503 while it warms (a Redis call that waited past its bound while the warm-up held the GIL
+    marks Redis suspect until a ping answers) is asked again."""
     deadline = time.monotonic() + timeout_s
     while True:
-        with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=30) as r:
-            cache: dict[str, Any] = json.loads(r.read()).get("text_cache") or {}
+        try:
+            with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=30) as r:
+                cache: dict[str, Any] = json.loads(r.read()).get("text_cache") or {}
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+            continue
         if not cache.get("warming") or time.monotonic() > deadline:
             return cache
         time.sleep(0.5)

@@ -390,6 +390,7 @@ class Runtime:
             self.index.close()
         if "controller" in self.__dict__:  # built only on first use
             self.controller.close()
+        self.quotas.close()  # its last sync before the connection it uses
         self.redis.close()
         if self._embedded is not None:
             self._embedded.release()

@@ -828,40 +828,49 @@ class EdgeIndex:
             qe.FieldCondition("harms", match=qe.MatchAny(ids)),
         ]
         skip = [qe.HasIdCondition({int_query_point_id(namespace, q) for q in exclude})] if exclude else None
-        # the hits with their payload and vectors in one search, not Eq. 2's ids and then a read of
-        # the k kept (cheaper with k + 1 hits; with first_limit's 2k + 8, within ±4% of each other:
-        # bench/README, "A wider first search for ties"). Found by ``about`` too (the task's words):
+        # the hits with their payload in one search, then the vectors of the k kept in one read
+        # (``_stored_vectors``). Found by ``about`` too (the task's words):
         # the walk over the namespace's posting lists is then that of a dozen words, not of every
         # character n-gram, and the hits are weighed by their cosine with the whole task all the same
         fields = ["id", "supports", "harms"]
         exact = self.idf or about is not None
         hits = top_k_deterministic(
-            lambda limit: self._nearest(
-                queries, ranked_by, only, limit, fields, evidence, skip, with_vector=exact
-            ),
+            lambda limit: self._nearest(queries, ranked_by, only, limit, fields, evidence, skip),
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
         )
-        return [self._hit(h, probe, exact) for h in hits if h.score > 0]
+        kept = [h for h in hits if h.score > 0]
+        if not exact:
+            return [hit_from_payload(h.payload, float(h.score)) for h in kept]
+        # the engine ranked by another product (under IDF, or found by another vector): each hit
+        # weighs its cosine with ``probe``, from its stored vector
+        stored = self._stored_vectors(queries, [h.id for h in kept])
+        assert isinstance(probe, dict)
+        return [
+            hit_from_payload(h.payload, sparse_dot(probe, v.indices, v.values))
+            for h in kept
+            if (v := stored.get(h.id)) is not None
+        ]
 
     @staticmethod
-    def _hit(point: Any, probe: Vector, exact: bool) -> QueryHit:
-        """A query hit with its cosine with ``probe``, computed from its stored vector when the
-        engine ranked by another product (``exact``: under IDF, or found by another vector)."""
-        if not exact:
-            return hit_from_payload(point.payload, float(point.score))
-        stored = point.vector[VECTOR_NAME]
-        assert isinstance(probe, dict)
-        return hit_from_payload(point.payload, sparse_dot(probe, stored.indices, stored.values))
+    def _stored_vectors(shard: Any, point_ids: list[Any]) -> dict[Any, Any]:
+        """The stored sparse vectors of the k hits a search kept, by point id, in one call: asking
+        the search for its hits' vectors converts those of every hit it returns (``first_limit(k)``
+        of them) into Python, about 70 us more a search than a search without them and a read of
+        the k kept (CPU time, scratch timing in docs/lab/2026-12-07-the-retrieval-core-second-pass.md).
+        A point gone since the search is left out."""
+        if not point_ids:
+            return {}
+        return {r.id: r.vector[VECTOR_NAME] for r in shard.retrieve(point_ids, False, True)}
 
     def search_queries(self, vector: Vector, namespace: str, k: int) -> list[QueryHit]:
         # ids and scores of a few more than k (past queries of templated tasks often score exactly
-        # alike: the cut must see every tie), with their stored vectors under IDF (the weight of a
-        # hit is its cosine, not the IDF-weighted product the engine ranks by); the evidence of the
-        # k kept from the read model (``_evidence``). One engine call; the search is repeated wider
-        # only when the tie runs longer. A promoted namespace's own shard: no filter; a shared one:
-        # the namespace's points, the query weighed by the namespace's IDF
+        # alike: the cut must see every tie), then under IDF the stored vectors of the k kept (the
+        # weight of a hit is its cosine, not the IDF-weighted product the engine ranks by;
+        # ``_stored_vectors``); the evidence of the k kept from the read model (``_evidence``). The
+        # search is repeated wider only when the tie runs longer. A promoted namespace's own shard:
+        # no filter; a shared one: the namespace's points, the query weighed by the namespace's IDF
         queries, shared = self._route(namespace)
         if queries is None:
             return []
@@ -869,22 +878,25 @@ class EdgeIndex:
         only = [self._match("namespace", namespace)] if shared else []
         ranked_by = self._weights(namespace, queries, probe) if shared else probe
         hits = top_k_deterministic(
-            lambda limit: self._nearest(queries, ranked_by, only, limit, ["id"], with_vector=self.idf),
+            lambda limit: self._nearest(queries, ranked_by, only, limit, ["id"]),
             k,
             lambda h: float(h.score),
             lambda h: h.payload["id"],
         )
         kept = [h for h in hits if h.score > 0]
         evidence = self._evidence(namespace, [h.payload["id"] for h in kept])
+        # ranked by the IDF-weighted product; weighed by the cosine, from the kept hits' vectors
+        stored = self._stored_vectors(queries, [h.id for h in kept]) if self.idf else {}
         out = []
         for h in kept:
             if (found := evidence.get(h.payload["id"])) is None:
                 continue
             score = float(h.score)
-            if self.idf:  # ranked by the IDF-weighted product; weighed by the cosine
+            if self.idf:
+                if (vec := stored.get(h.id)) is None:
+                    continue  # gone since the search
                 assert isinstance(probe, dict)
-                stored = h.vector[VECTOR_NAME]
-                score = sparse_dot(probe, stored.indices, stored.values)
+                score = sparse_dot(probe, vec.indices, vec.values)
             out.append(QueryHit(found[0], score, found[3], found[4]))
         return out
 

@@ -15,17 +15,23 @@ import json
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from evomem import keys
 from evomem.adapters.redis.connection import Client, mapped
 from evomem.errors import QuotaExceededError, TransientError
+from evomem.logs import get_logger
 from evomem.settings import Settings
 
+log = get_logger("evomem.quotas")
+
 WINDOW_S = 60
-#: Retrievals are counted here and added to Redis at most this often per namespace: a round trip on
-#: every retrieval was a tenth of its latency. A process may run past the limit by this much time's
-#: worth of its own retrievals.
+#: Retrievals are counted here and added to Redis at most this often per namespace, by a thread of
+#: the process's own, off the retrieval's path: a round trip on every retrieval was a tenth of its
+#: latency, and one every quarter second, on the path, was most of the slowest retrievals' (a Redis
+#: reply waited for on a loaded machine). A process may run past the limit by this much time's worth
+#: of its own retrievals, and by what other processes made since its last sync was answered.
 RETRIEVAL_SYNC_S = 0.25
 
 
@@ -52,7 +58,7 @@ def retrieval_record_bytes(
 @dataclass
 class _Spent:
     """One namespace's retrievals in this process's current window: what is not yet added to Redis,
-    and the totals as Redis last said them."""
+    what a sync under way is adding (``sending_*``), and the totals as Redis last said them."""
 
     window: int
     count: int = 0
@@ -60,6 +66,9 @@ class _Spent:
     total_count: int = 0
     total_size: int = 0
     synced_at: float = 0.0
+    sending_count: int = 0
+    sending_size: int = 0
+    syncing: bool = False
 
 
 class Quotas:
@@ -73,6 +82,8 @@ class Quotas:
         self.record_bytes = settings.quota_retrieval_bytes_per_minute
         self._lock = threading.Lock()
         self._local: dict[str, _Spent] = {}
+        # adds the retrievals counted here to Redis (``_sync``), off the retrieval's path
+        self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evomem-quotas")
 
     def charge_event(self, namespace: str, size: int) -> None:
         """Count one event of ``size`` bytes; ``QuotaExceededError`` if either limit is passed."""
@@ -123,8 +134,10 @@ class Quotas:
             self._spend(namespace, 0, retrieval_record_bytes(query, similar, insight_ids, vector_chars))
 
     def _spend(self, namespace: str, count: int, size: int) -> tuple[int, int]:
-        """Add to this process's tally, and to Redis at most every ``RETRIEVAL_SYNC_S``; the
-        namespace's totals this window as far as this process knows them."""
+        """Add to this process's tally; the namespace's totals this window as far as this process
+        knows them. At most every ``RETRIEVAL_SYNC_S``, and never while one is under way, the tally
+        is added to Redis in the background (``_sync``), whose answer brings in what other processes
+        counted: the caller never waits for Redis."""
         now = time.time()
         window = int(now // WINDOW_S)
         with self._lock:
@@ -133,34 +146,59 @@ class Quotas:
                 spent = self._local[namespace] = _Spent(window)
             spent.count += count
             spent.size += size
-            totals = (spent.total_count + spent.count, spent.total_size + spent.size)
-            due = now - spent.synced_at >= RETRIEVAL_SYNC_S
+            totals = (
+                spent.total_count + spent.sending_count + spent.count,
+                spent.total_size + spent.sending_size + spent.size,
+            )
+            due = not spent.syncing and now - spent.synced_at >= RETRIEVAL_SYNC_S
             if due:
-                deltas, spent.count, spent.size, spent.synced_at = (spent.count, spent.size), 0, 0, now
-        if not due:
-            return totals
+                spent.sending_count, spent.sending_size = spent.count, spent.size
+                spent.count, spent.size, spent.synced_at, spent.syncing = 0, 0, now, True
+        if due:
+            try:
+                self._syncer.submit(self._sync, namespace, spent)
+            except RuntimeError:  # closed: nothing is added any more
+                with self._lock:
+                    spent.syncing = False
+        return totals
+
+    def _sync(self, namespace: str, spent: _Spent) -> None:
+        """Add what ``spent`` is sending to Redis and keep the totals Redis answers. When Redis is
+        unreachable the retrievals stay counted here (retrieval fails open)."""
         amounts = [
             (kind, n)
             for kind, limit, n in (
-                ("retrievals", self.retrievals, deltas[0]),
-                ("record_bytes", self.record_bytes, deltas[1]),
+                ("retrievals", self.retrievals, spent.sending_count),
+                ("record_bytes", self.record_bytes, spent.sending_size),
             )
             if limit
         ]
+        replies: dict[str, int] | None = None
         try:
-            replies = dict(zip([k for k, _ in amounts], self._incr(namespace, amounts), strict=True))
-        except (TransientError, OSError):
-            return totals
-        synced = (replies.get("retrievals", totals[0]), replies.get("record_bytes", totals[1]))
+            replies = dict(
+                zip([k for k, _ in amounts], self._incr(namespace, amounts, spent.window), strict=True)
+            )
+        except Exception as exc:  # counted here all the same; the next sync adds what follows
+            log.debug("quota_sync_failed", namespace=namespace, error=repr(exc))
         with self._lock:
-            spent = self._local.get(namespace)
-            if spent is not None and spent.window == window:
-                spent.total_count, spent.total_size = synced
-                return (synced[0] + spent.count, synced[1] + spent.size)
-        return synced
+            if replies is None:
+                spent.total_count += spent.sending_count
+                spent.total_size += spent.sending_size
+            else:  # Redis's totals hold what was sent; what was counted meanwhile is in count/size
+                spent.total_count = replies.get("retrievals", spent.total_count + spent.sending_count)
+                spent.total_size = replies.get("record_bytes", spent.total_size + spent.sending_size)
+            spent.sending_count = spent.sending_size = 0
+            spent.syncing = False
 
-    def _incr(self, namespace: str, amounts: list[tuple[str, int]]) -> list[int]:
-        window = int(time.time() // WINDOW_S)
+    def wait_synced(self) -> None:
+        """Wait until the syncs asked for so far are answered (tests)."""
+        self._syncer.submit(lambda: None).result()
+
+    def close(self) -> None:
+        self._syncer.shutdown(wait=True)
+
+    def _incr(self, namespace: str, amounts: list[tuple[str, int]], window: int | None = None) -> list[int]:
+        window = int(time.time() // WINDOW_S) if window is None else window
         pipe = self.r.pipeline(transaction=False)
         for kind, n in amounts:
             key = _key(window, kind, namespace)
