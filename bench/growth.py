@@ -377,17 +377,13 @@ def run_build(
         shutil.rmtree(first_copy, ignore_errors=True)
         shutil.rmtree(first_copy.with_name("empty"), ignore_errors=True)
     if spans:
-        results[-1]["profiled_spans"] = [
-            {
-                "name": sp.name,
-                "tasks": [sp.start, sp.end],
-                "top_cumulative": profile_summary(sp.profiler, 40)[1],
-            }
-            for sp in spans
-        ]
+        results[-1]["profiled_spans"] = []
         for sp in spans:
-            err.write(f"\ncProfile of tasks {sp.start:,}-{sp.end:,} ({sp.name}):\n")
-            err.write(profile_summary(sp.profiler, 25)[0])
+            text, table = profile_summary(sp.profiler, 40)
+            results[-1]["profiled_spans"].append(
+                {"name": sp.name, "tasks": [sp.start, sp.end], "top_cumulative": table}
+            )
+            err.write(f"\ncProfile of tasks {sp.start:,}-{sp.end:,} ({sp.name}):\n{text}")
     return results, paired
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
@@ -96,16 +95,14 @@ class AsyncLocalBackend:
         request_id: str | None = None,
     ) -> str:
         return await asyncio.to_thread(
-            partial(
-                self.memory.revert,
-                event_id,
-                namespace=namespace,
-                insight_id=insight_id,
-                since=since,
-                by=by,
-                reason=reason,
-                request_id=request_id,
-            )
+            self.memory.revert,
+            event_id,
+            namespace=namespace,
+            insight_id=insight_id,
+            since=since,
+            by=by,
+            reason=reason,
+            request_id=request_id,
         )
 
     async def pin(
@@ -118,9 +115,7 @@ class AsyncLocalBackend:
         request_id: str | None = None,
     ) -> str:
         return await asyncio.to_thread(
-            partial(
-                self.memory.pin, insight_id, namespace=namespace, by=by, reason=reason, request_id=request_id
-            )
+            self.memory.pin, insight_id, namespace=namespace, by=by, reason=reason, request_id=request_id
         )
 
     async def unpin(
@@ -133,14 +128,7 @@ class AsyncLocalBackend:
         request_id: str | None = None,
     ) -> str:
         return await asyncio.to_thread(
-            partial(
-                self.memory.unpin,
-                insight_id,
-                namespace=namespace,
-                by=by,
-                reason=reason,
-                request_id=request_id,
-            )
+            self.memory.unpin, insight_id, namespace=namespace, by=by, reason=reason, request_id=request_id
         )
 
     async def reviews(self, namespace: str = "default", state: str | None = "pending") -> list[ReviewItem]:
@@ -156,14 +144,7 @@ class AsyncLocalBackend:
         request_id: str | None = None,
     ) -> str:
         return await asyncio.to_thread(
-            partial(
-                self.memory.approve,
-                review_id,
-                namespace=namespace,
-                by=by,
-                reason=reason,
-                request_id=request_id,
-            )
+            self.memory.approve, review_id, namespace=namespace, by=by, reason=reason, request_id=request_id
         )
 
     async def reject(
@@ -176,14 +157,7 @@ class AsyncLocalBackend:
         request_id: str | None = None,
     ) -> str:
         return await asyncio.to_thread(
-            partial(
-                self.memory.reject,
-                review_id,
-                namespace=namespace,
-                by=by,
-                reason=reason,
-                request_id=request_id,
-            )
+            self.memory.reject, review_id, namespace=namespace, by=by, reason=reason, request_id=request_id
         )
 
     async def close(self) -> None:
