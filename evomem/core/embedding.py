@@ -10,7 +10,7 @@ embedder's ``power``. The floor alone leaves the dense scale flatter than the le
 two look-alike tasks of sibling topics read 0.37 where the hashing embedder reads 0.17, so Eq. 2
 weighs them nearly as much as the task itself. The power (1 for hashing, 1.3 for e5) is the one that
 maps e5's cosines of STS-B's sentence pairs onto the hashing embedder's quantiles
-(``python -m bench.calibrate --stsb``; docs/lab/2026-12-07-the-dense-cosine-s-curvature.md).
+(``python -m bench.calibrate --stsb``).
 """
 
 from __future__ import annotations
