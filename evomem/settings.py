@@ -356,6 +356,15 @@ class Settings(BaseSettings):
         ge=0.0,
         lt=1.0,
     )
+    embedding_power: float | None = _embedder(
+        None,
+        "the power a task-to-task cosine is raised to once its floor is removed (read as ((c - floor) "
+        "/ (1 - floor)) ** power, for Eq. 2, the query graph and the rule controller's repeat bar); "
+        "unset: the embedder's own (hashing 1, e5 1.3: python -m bench.calibrate --stsb fits it on "
+        "STS-B's sentence pairs, openai 1)",
+        ge=0.25,
+        le=8.0,
+    )
     embedding_relevance_floor: float | None = _embedder(
         None,
         "the floor of a dense embedder's task-insight cosine for text relevance (read as "

@@ -5,7 +5,12 @@ A dense embedder's cosine does not start at 0 for unrelated texts: multilingual-
 two unrelated tasks about 0.8 and two wordings of one task about 0.95, where the hashing embedder
 gives about 0 and 0.5. Every bar and power tuned on the hashing cosine (``SIMILARITY_POWER``, the
 rule controller's "same task again" bar, the query graph's edge weights) reads the cosine through
-``calibrated``: the embedder's ``floor`` is mapped to 0 and 1 stays 1, linearly.
+``calibrated``: the embedder's ``floor`` is mapped to 0 and 1 stays 1, linearly, then raised to the
+embedder's ``power``. The floor alone leaves the dense scale flatter than the lexical one above it:
+two look-alike tasks of sibling topics read 0.37 where the hashing embedder reads 0.17, so Eq. 2
+weighs them nearly as much as the task itself. The power (1 for hashing, 1.3 for e5) is the one that
+maps e5's cosines of STS-B's sentence pairs onto the hashing embedder's quantiles
+(``python -m bench.calibrate --stsb``).
 """
 
 from __future__ import annotations
@@ -24,16 +29,23 @@ from evomem.core.hashing import DenseVec, SparseVec
 Role = Literal["query", "passage"]
 
 
-def calibrated(score: float, floor: float) -> float:
-    """A cosine on the embedder's scale read on the hashing embedder's: ``floor`` and below 0, 1 stays 1."""
-    if floor <= 0.0:
+def calibrated(score: float, floor: float, power: float = 1.0) -> float:
+    """A cosine on the embedder's scale read on the hashing embedder's: ``floor`` and below 0, 1 stays
+    1, linearly between, then to ``power``. ``floor`` 0 and ``power`` 1 (hashing) leave it as it is."""
+    if floor <= 0.0 and power == 1.0:
         return score
-    return max(0.0, (score - floor) / (1.0 - floor))
+    linear = max(0.0, (score - floor) / (1.0 - floor)) if floor > 0.0 else max(0.0, score)
+    return linear if power == 1.0 else float(linear**power)
 
 
 def embedder_floor(embedder: object) -> float:
     """The cosine an embedder gives unrelated texts (0 for one that says nothing)."""
     return float(getattr(embedder, "floor", 0.0))
+
+
+def embedder_power(embedder: object) -> float:
+    """The power a task-to-task cosine is raised to once its floor is removed (1: none)."""
+    return float(getattr(embedder, "power", 1.0))
 
 
 def embedder_relevance_floor(embedder: object) -> float:
@@ -102,6 +114,7 @@ class CachedEmbedder:
         self.name: str = getattr(inner, "name", "dense")
         self.floor: float = embedder_floor(inner)
         self.relevance_floor: float = embedder_relevance_floor(inner)
+        self.power: float = embedder_power(inner)
         self.capacity = capacity
         self.hits = 0
         self.misses = 0
@@ -154,6 +167,7 @@ __all__ = [
     "embed_passages",
     "embedder_floor",
     "embedder_name",
+    "embedder_power",
     "embedder_relevance_floor",
     "pack_vector",
     "unpack_vector",

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from evomem.backoff import capped_doubling
-from evomem.core.embedding import calibrated, embed_passages, embedder_floor, embedder_name, unpack_vector
+from evomem.core.embedding import (
+    calibrated,
+    embed_passages,
+    embedder_floor,
+    embedder_name,
+    embedder_power,
+    unpack_vector,
+)
 from evomem.core.ports import (
     Change,
     ChangeFeed,
@@ -86,6 +93,7 @@ class Projector:
         self.index = index
         self.embedder = embedder
         self.floor = embedder_floor(embedder)
+        self.power = embedder_power(embedder)
         # the tag of the vectors this index holds: a query carrying one of its retrieval's
         # (``QueryPoint.vector``) is not embedded again; another embedder's is ignored
         self.vector_tag = embedder_name(embedder) if embedder.kind == "dense" else None
@@ -237,7 +245,7 @@ class Projector:
         for ref in pending:
             ns, q = ref
             hits = self.index.search_queries(vectors[ref], ns, self.link_k + 1)
-            similar = {h.id: calibrated(h.score, self.floor) for h in hits if h.id != q}
+            similar = {h.id: calibrated(h.score, self.floor, self.power) for h in hits if h.id != q}
             self.graph.link_queries(ns, q, dict(list(similar.items())[: self.link_k]))
             self.index.write_queries([(points[ref], vectors[ref])])
         return len(points)

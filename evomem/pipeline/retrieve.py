@@ -28,6 +28,7 @@ from evomem.core.embedding import (
     embed_passages,
     embedder_floor,
     embedder_name,
+    embedder_power,
     embedder_relevance_floor,
     pack_vector,
 )
@@ -239,6 +240,7 @@ class Retriever:
         # a namespace's effective settings (its own λ, budget, scoring, k, hops over the global ones)
         self.resolve = resolve or (lambda _namespace: settings)
         self.floor = embedder_floor(embedder)  # the cosine unrelated texts get (0: hashing)
+        self.power = embedder_power(embedder)  # its curvature once the floor is removed (1: hashing)
         self.relevance_floor = embedder_relevance_floor(embedder)  # a task and an insight's (dense)
         # a dense task vector is kept in the retrieval record (EMBEDDING_CARRY): what it was made by
         self.vector_tag = (
@@ -394,10 +396,10 @@ class Retriever:
         """Eq. 2's cosines on the hashing embedder's scale (``evomem.core.embedding.calibrated``), so
         that SIMILARITY_POWER, the edges of the query graph and the rule controller's repeat bar
         mean the same whatever the embedder."""
-        floor = self.floor
-        if floor <= 0.0:
+        floor, power = self.floor, self.power
+        if floor <= 0.0 and power == 1.0:
             return hits
-        return [replace(h, score=calibrated(h.score, floor)) for h in hits]
+        return [replace(h, score=calibrated(h.score, floor, power)) for h in hits]
 
     def about_vector(self, vector: Vector, task_words: set[int]) -> Vector | None:
         """What the evidence search finds the insights about the task by: with the hashing

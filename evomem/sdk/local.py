@@ -12,7 +12,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
-from evomem.core.embedding import embedder_floor, embedder_name, embedder_relevance_floor
+from evomem.core.embedding import embedder_floor, embedder_name, embedder_power, embedder_relevance_floor
 from evomem.core.ports import VectorIndex
 from evomem.core.review import review_item
 from evomem.errors import (
@@ -454,6 +454,7 @@ class LocalBackend:
                 "configured": rt.settings.embedder,
                 "why": rt.embedder_reason,  # EMBEDDER=auto: the store that built it, or what is installed
                 "floor": embedder_floor(embedder),
+                "power": embedder_power(embedder),
                 "relevance_floor": embedder_relevance_floor(embedder),
                 "cache": cache() if cache is not None else None,
             },

@@ -10,7 +10,9 @@ from evomem import runtime
 from evomem.core.embedding import (
     CachedEmbedder,
     calibrated,
+    embedder_floor,
     embedder_name,
+    embedder_power,
     embedder_relevance_floor,
     pack_vector,
     unpack_vector,
@@ -26,6 +28,53 @@ def test_calibration_maps_the_floor_to_zero_and_keeps_one() -> None:
     assert calibrated(1.0, 0.8) == pytest.approx(1.0)
     assert calibrated(0.96, 0.8) == pytest.approx(0.8)
     assert calibrated(0.37, 0.0) == 0.37  # the hashing embedder's cosine is read as it is
+
+
+def test_the_power_bends_the_calibrated_cosine_and_keeps_its_ends() -> None:
+    assert calibrated(0.8, 0.8, 1.3) == 0.0
+    assert calibrated(1.0, 0.8, 1.3) == pytest.approx(1.0)
+    # a near miss (0.874: two look-alike tasks of sibling topics) drops more than a rewording (0.974)
+    sibling, rewording = calibrated(0.874, 0.8, 1.3), calibrated(0.974, 0.8, 1.3)
+    assert sibling == pytest.approx(0.37**1.3) and rewording == pytest.approx(0.87**1.3)
+    assert sibling / rewording < calibrated(0.874, 0.8) / calibrated(0.974, 0.8)
+    assert calibrated(0.37, 0.0, 2.0) == pytest.approx(0.37**2)  # a power without a floor
+
+
+def test_the_hashing_embedders_cosine_is_not_moved_by_the_calibration() -> None:
+    hashing = HashingEmbedder()
+    assert embedder_power(hashing) == 1.0
+    for c in (0.0, 0.071, 0.173, 0.5, 0.999, 1.0):
+        assert calibrated(c, embedder_floor(hashing), embedder_power(hashing)) == c
+
+
+def test_the_power_is_the_embedders_own_else_the_setting() -> None:
+    from evomem.adapters.embedders import E5_POWER
+
+    class Dense:
+        kind = "dense"
+        dim = 2
+        floor = 0.8
+        power = E5_POWER
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [[1.0, 0.0] for _ in texts]
+
+    assert embedder_power(CachedEmbedder(Dense(), capacity=4)) == E5_POWER == 1.3
+    assert Settings(embedding_power=2.0).embedding_power == 2.0
+    with pytest.raises(ValueError):
+        Settings(embedding_power=0.0)
+
+
+def test_fit_power_recovers_the_power_that_maps_one_scale_onto_the_other() -> None:
+    import numpy as np
+
+    from bench.calibrate import fit_power
+
+    rng = np.random.default_rng(3)
+    dense = rng.uniform(0.8, 1.0, 500)
+    lexical = ((dense - 0.8) / 0.2) ** 1.7
+    assert fit_power(dense, lexical, 0.8) == pytest.approx(1.7, abs=0.011)
+    assert fit_power(dense, (dense - 0.8) / 0.2, 0.8) == pytest.approx(1.0, abs=0.011)
 
 
 def test_the_cache_embeds_a_text_once_and_drops_the_least_recently_used() -> None:
