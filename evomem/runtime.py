@@ -265,7 +265,7 @@ def index_dir(settings: Settings) -> Path:
 def open_index(settings: Settings, embedder: Embedder | None = None) -> VectorIndex:
     """Qdrant Edge under DATA_DIR, or a Qdrant server at ``EVOMEM_QDRANT_URL``, for ``embedder``
     (by default the one the settings give)."""
-    embedder = embedder or make_embedder(settings)
+    embedder = make_embedder(settings) if embedder is None else embedder
     if settings.qdrant_url is None:
         return EdgeIndex(
             index_dir(settings),
@@ -317,7 +317,7 @@ class Runtime:
         self.changes = RedisChangeFeed(client)
         self.quotas = Quotas(client, settings)
         # the embedder the index was opened for, and why it is this one (``evomem stats``)
-        self.embedder, self.embedder_reason = embedder or choose_embedder(settings)
+        self.embedder, self.embedder_reason = choose_embedder(settings) if embedder is None else embedder
         self.namespace_settings = NamespaceSettings(client, settings)  # per-namespace overrides
         self.retriever = (
             Retriever(self.graph, index, self.embedder, settings, self.namespace_settings) if index else None
