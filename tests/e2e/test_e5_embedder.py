@@ -258,3 +258,21 @@ def test_every_process_of_serve_workers_is_given_the_embedder_auto_resolved_to(
     # and the replicas they open were built by it (the first by the supervisor, the others copied)
     stores = [tmp_path / "data" / name for name in ("qdrant", "qdrant-1", "qdrant-2")]
     assert [(d / "EMBEDDER").read_text().split(":")[0] for d in stores] == [resolved] * 3
+
+
+def test_evomem_stats_says_why_auto_chose_the_embedder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evomem import cli
+
+    with Memory.open_local(settings(tmp_path, "hashing")) as mem:
+        teach(mem)
+    monkeypatch.setenv("EVOMEM_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("EVOMEM_EMBEDDER", "auto")
+    assert cli.main(["stats"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("embedder       hashing:") and "(EMBEDDER=auto)" in lines[0]
+    assert lines[1] == (
+        f"embedder why   the index at {tmp_path / 'data' / 'qdrant'} was built by hashing; "
+        "`evomem reindex` re-embeds it with e5 (EMBEDDER=auto then follows)"
+    )
