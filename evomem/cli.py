@@ -325,6 +325,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         f"embedder       {e['name']} (EMBEDDER={e['configured']}), cosine floor {e['floor']}"
         + (f", cache {e['cache']['hits']} hits / {e['cache']['misses']} misses" if e.get("cache") else "")
     )
+    print(f"embedder why   {e['why']}")
     s = stats["stream"]
     print(f"events stream  length {s['length']}, pending {s['pending']}, dead letters {s['dead_letters']}")
     print(f"stream         lag {s['lag']} unread, {s['consumers']} consumer(s)")

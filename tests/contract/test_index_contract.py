@@ -17,7 +17,7 @@ from qdrant_client import QdrantClient
 
 from evomem.adapters.memory.index import InMemoryIndex
 from evomem.adapters.qdrant import edge
-from evomem.adapters.qdrant.client import ClientIndex
+from evomem.adapters.qdrant.client import ClientIndex, collection_vectors
 from evomem.adapters.qdrant.common import int_point_id, int_query_point_id
 from evomem.adapters.qdrant.edge import EdgeIndex
 from evomem.core.hashing import HashingEmbedder
@@ -422,6 +422,17 @@ def test_a_qdrant_collection_changes_similarity_in_place(tmp_path: Path) -> None
             index.write_queries([(query(q), emb.embed_one(t)) for q, t in texts.items()])
         first = index.search_queries(emb.embed_one(_TASK), "ns", 1)[0].id
         assert (first == "subject") == idf
+
+
+def test_a_qdrant_collection_tells_the_vectors_it_was_made_for() -> None:
+    """What ``EMBEDDER=auto`` follows on a Qdrant server: sparse vectors (hashing), or dense ones
+    of a dimension (e5's 384)."""
+    assert collection_vectors(QdrantClient(location=":memory:")) is None  # nothing built yet
+    made: list[tuple[Literal["sparse", "dense"], int]] = [("sparse", 0), ("dense", 384), ("dense", 1536)]
+    for kind, dim in made:
+        client = QdrantClient(location=":memory:")
+        ClientIndex(client, kind, dim, identity="t", where=":memory:", local=True)
+        assert collection_vectors(client) == (kind, dim)
 
 
 # -- the candidate filter (Eq. 7): active state and evidence ids ------------------------------------

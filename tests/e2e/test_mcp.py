@@ -180,7 +180,12 @@ def _stdio(tmp_path: Path, redis_url: str, **env: str) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "evomem.cli", "mcp"],
-        env={"EVOMEM_DATA_DIR": str(tmp_path / "data"), "EVOMEM_REDIS_URL": redis_url, **env},
+        env={
+            "EVOMEM_DATA_DIR": str(tmp_path / "data"),
+            "EVOMEM_REDIS_URL": redis_url,
+            "EVOMEM_EMBEDDER": "hashing",
+            **env,
+        },
         cwd=str(tmp_path),
     )
 
@@ -348,6 +353,7 @@ def test_stdio_process_against_a_remote_service(
             "EVOMEM_TOKEN": "tok-alpha",
             "EVOMEM_MCP_NAMESPACE": "alpha",
             "EVOMEM_DATA_DIR": str(tmp_path / "elsewhere"),
+            "EVOMEM_EMBEDDER": "hashing",
         },
         cwd=str(tmp_path),
     )

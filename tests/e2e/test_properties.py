@@ -231,7 +231,12 @@ def test_hostile_input_through_the_cli_is_answered_in_one_line(tmp_path: Path, r
     }
     path = tmp_path / "event.json"
     path.write_text(json.dumps(doc))
-    env = {"EVOMEM_REDIS_URL": redis_url, "EVOMEM_DATA_DIR": str(tmp_path / "data"), "PATH": "/usr/bin:/bin"}
+    env = {
+        "EVOMEM_REDIS_URL": redis_url,
+        "EVOMEM_DATA_DIR": str(tmp_path / "data"),
+        "EVOMEM_EMBEDDER": "hashing",
+        "PATH": "/usr/bin:/bin",
+    }
     for args in (
         ["report", "--file", str(path)],
         ["retrieve", "q", "-n", "{victim}"],

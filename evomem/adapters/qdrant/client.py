@@ -111,6 +111,38 @@ def _on(key: str | None) -> dict[str, Any]:
     return {} if key is None else {"shard_key_selector": key}
 
 
+def collection_vectors(client: QdrantClient) -> tuple[Literal["sparse", "dense"], int] | None:
+    """The vectors this client's query collection was made for: sparse (dimension 0), or dense of
+    that dimension; None where there is no such collection (or it holds neither)."""
+    if not client.collection_exists(keys.QUERY_COLLECTION):
+        return None
+    params = client.get_collection(keys.QUERY_COLLECTION).config.params
+    if VECTOR_NAME in (params.sparse_vectors or {}):
+        return "sparse", 0
+    dense = params.vectors if isinstance(params.vectors, dict) else {}
+    return ("dense", dense[VECTOR_NAME].size) if VECTOR_NAME in dense else None
+
+
+def held_vectors(settings: Settings) -> tuple[Literal["sparse", "dense"], int] | None:
+    """The vectors the server's query collection was made for (``collection_vectors``), for
+    ``EMBEDDER=auto`` to follow the embedder that built it; None where there is no such collection
+    yet, or the server cannot be read now (opening the index then says why)."""
+    url = settings.qdrant_url
+    if not url or url == ":memory:":
+        return None
+    secret = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+    try:
+        client = QdrantClient(url=url, api_key=secret, check_compatibility=False, timeout=10)
+    except ValueError:
+        return None
+    try:
+        return collection_vectors(client)
+    except (UnexpectedResponse, ResponseHandlingException, httpx.HTTPError, OSError):
+        return None
+    finally:
+        client.close()
+
+
 class ClientIndex:
     """A ``VectorIndex`` on two collections of a Qdrant server, reached through qdrant-client."""
 
@@ -827,4 +859,4 @@ class ClientIndex:
         self.client.close()
 
 
-__all__ = ["ClientIndex"]
+__all__ = ["ClientIndex", "collection_vectors", "held_vectors"]
