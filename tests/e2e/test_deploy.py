@@ -35,7 +35,7 @@ from evomem.ops.consolidation_metrics import serve as serve_metrics
 from evomem.runtime import fleet_reader
 from evomem.service.server import build_server
 from evomem.settings import Settings
-from tests.support.pipeline_helpers import wait_for
+from tests.support.pipeline_helpers import child_env, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -331,9 +331,7 @@ def test_hadolint_finds_nothing_in_the_dockerfile() -> None:
 
 # -- the health checks, against real processes ----------------------------------------------------
 def _check(mode: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
-    clean["EVOMEM_EMBEDDER"] = "hashing"
-    return _run(sys.executable, str(DEPLOY / "healthcheck.py"), mode, env={**clean, **env})
+    return _run(sys.executable, str(DEPLOY / "healthcheck.py"), mode, env=child_env(**env))
 
 
 def test_the_health_check_reads_the_ports_the_processes_read() -> None:

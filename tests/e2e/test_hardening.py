@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import socket
 import subprocess
@@ -25,17 +24,9 @@ import redis
 from evomem import EvomemError, InvalidEventError, Memory, NotFoundError, Settings, StoreError, keys
 from evomem.adapters.redis.connection import EmbeddedRedis, connect
 from evomem.adapters.redis.events import EventStream
-from tests.support.pipeline_helpers import wait_for
+from tests.support.pipeline_helpers import child_env, wait_for
 
 CLI = [sys.executable, "-m", "evomem.cli"]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
-    # the suite's embedder, whatever the default (an extra may name another)
-    env["EVOMEM_EMBEDDER"] = "hashing"
-    env.update(extra)
-    return env
 
 
 def _get(url: str) -> tuple[int, dict[str, Any]]:
@@ -55,7 +46,7 @@ class Serve:
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [*CLI, "serve", "--port", "0"],
-                env=_env(EVOMEM_DATA_DIR=str(data_dir), **env),
+                env=child_env(EVOMEM_DATA_DIR=str(data_dir), **env),
                 stdout=subprocess.DEVNULL,
                 stderr=out,
             )
@@ -77,7 +68,7 @@ def test_a_service_that_cannot_start_leaves_no_redis_and_no_traceback(tmp_path: 
         port = taken.getsockname()[1]
         result = subprocess.run(
             [*CLI, "serve", "--port", str(port)],
-            env=_env(EVOMEM_DATA_DIR=str(data)),
+            env=child_env(EVOMEM_DATA_DIR=str(data)),
             capture_output=True,
             text=True,
             timeout=60,
@@ -116,7 +107,7 @@ def test_consolidate_reclaims_events_a_dead_consumer_left_pending(
     wait_for(idle_enough, 10, "the dead consumer's entries to be idle past EVOMEM_CLAIM_IDLE_MS")
     result = subprocess.run(
         [*CLI, "consolidate", "--json"],
-        env=_env(
+        env=child_env(
             EVOMEM_REDIS_URL=redis_url,
             EVOMEM_DATA_DIR=str(tmp_path / "cli"),
             EVOMEM_CLAIM_IDLE_MS="200",
@@ -140,7 +131,7 @@ def test_dead_letters_holding_any_bytes_are_listed_shown_and_replayed_as_they_we
     redis_client.xadd(keys.EVENTS_STREAM, {"foo": "bar"})  # a foreign publisher's entry, no "event"
     with Memory.open_local(settings, index=False) as mem:
         assert mem.consolidate().dead_lettered == 2
-    env = _env(EVOMEM_REDIS_URL=redis_url, EVOMEM_DATA_DIR=str(tmp_path / "cli"))
+    env = child_env(EVOMEM_REDIS_URL=redis_url, EVOMEM_DATA_DIR=str(tmp_path / "cli"))
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         result = subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=60)
@@ -230,14 +221,14 @@ def test_operational_errors_of_the_cli_are_one_line_and_debug_shows_the_tracebac
     ]
     for args, extra, says in cases:
         result = subprocess.run(
-            [*CLI, *args], env=_env(**base, **extra), capture_output=True, text=True, timeout=60
+            [*CLI, *args], env=child_env(**base, **extra), capture_output=True, text=True, timeout=60
         )
         assert result.returncode != 0, args
         assert says in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr, (args, result.stderr)
     debug = subprocess.run(
         [*CLI, "--debug", "stats"],
-        env=_env(**base, EVOMEM_REDIS_URL="redis://127.0.0.1:1"),
+        env=child_env(**base, EVOMEM_REDIS_URL="redis://127.0.0.1:1"),
         capture_output=True,
         text=True,
         timeout=60,
@@ -255,7 +246,7 @@ def _sigint_as_in_a_terminal() -> None:
 def test_ctrl_c_ends_a_command_with_a_line_not_a_traceback(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [*CLI, "report", "--file", "-"],
-        env=_env(EVOMEM_DATA_DIR=str(tmp_path / "cli")),
+        env=child_env(EVOMEM_DATA_DIR=str(tmp_path / "cli")),
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -90,12 +90,9 @@ def test_a_closed_pipe_ends_a_command_quietly(settings: Settings, memory: Memory
             None, namespace="alpha", query=f"q{n}", status="resolved", proposed_insight=f"Lesson {n}."
         )
     memory.consolidate()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
-    env.update(
-        EVOMEM_REDIS_URL=str(settings.redis_url),
-        EVOMEM_DATA_DIR=str(settings.data_dir),
-        EVOMEM_EMBEDDER="hashing",
-    )
+    from tests.support.pipeline_helpers import child_env
+
+    env = child_env(EVOMEM_REDIS_URL=str(settings.redis_url), EVOMEM_DATA_DIR=str(settings.data_dir))
     export = subprocess.Popen(
         [sys.executable, "-m", "evomem.cli", "export"],
         env=env,
@@ -150,11 +147,9 @@ def test_a_conflicting_event_id_is_refused_while_the_first_is_pending(memory: Me
 def test_a_worker_stops_the_embedded_redis_it_started(tmp_path: Path) -> None:
     import signal
 
-    from tests.support.pipeline_helpers import wait_for
+    from tests.support.pipeline_helpers import child_env, wait_for
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
-    env["EVOMEM_DATA_DIR"] = str(tmp_path / "data")
-    env["EVOMEM_EMBEDDER"] = "hashing"
+    env = child_env(EVOMEM_DATA_DIR=str(tmp_path / "data"))
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
         worker = subprocess.Popen(

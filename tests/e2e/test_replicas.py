@@ -20,6 +20,7 @@ from evomem import Memory, Settings, keys
 from evomem.adapters.redis.changes import cursor_order
 from evomem.runtime import prepare_replicas, replica_dirs
 from evomem.testing.serve import service_process
+from tests.support.pipeline_helpers import child_env
 
 QUERIES = [f"Verify claim {n} about the fleet's vehicles" for n in range(12)]
 
@@ -61,8 +62,7 @@ def served(tmp_path: Path, redis_url: str, redis_client: redis.Redis) -> Iterato
     settings = Settings(data_dir=tmp_path / "data", redis_url=redis_url)
     with Memory.open_local(settings, index=False) as writer:
         _report_and_consolidate(writer, "alpha", 0, 6)  # before the processes start: the bootstrap
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVOMEM_")}
-    env.update(EVOMEM_DATA_DIR=str(settings.data_dir), EVOMEM_REDIS_URL=redis_url, EVOMEM_EMBEDDER="hashing")
+    env = child_env(EVOMEM_DATA_DIR=str(settings.data_dir), EVOMEM_REDIS_URL=redis_url)
     args = ["-m", "evomem.cli", "serve", "--workers", "2", "--port", "0"]
     with service_process(args, env, what="evomem serve --workers 2") as service:
         yield service.url, settings

@@ -17,8 +17,8 @@ import redis
 from evomem import Memory, Settings, keys
 from evomem.adapters.redis.connection import EmbeddedRedis
 from evomem.adapters.redis.events import EventStream
-from tests.e2e.test_hardening import CLI, Serve, _env
-from tests.support.pipeline_helpers import FAST, wait_for
+from tests.e2e.test_hardening import CLI, Serve
+from tests.support.pipeline_helpers import FAST, child_env, wait_for
 
 
 # -- item 3: one owner of the embedded Redis -----------------------------------------------------
@@ -30,7 +30,7 @@ def test_stopping_the_service_leaves_the_embedded_redis_to_a_running_worker(tmp_
     with (tmp_path / "worker.log").open("wb") as log:
         worker = subprocess.Popen(
             [*CLI, "worker", "-c", "1"],
-            env=_env(EVOMEM_DATA_DIR=str(data), **FAST),
+            env=child_env(EVOMEM_DATA_DIR=str(data), **FAST),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -87,7 +87,9 @@ def test_consolidate_reclaims_the_batch_of_a_consolidation_killed_mid_batch(
         "mem.consolidator.controller.decide = lambda *a, **k: os.kill(os.getpid(), signal.SIGSTOP)\n"
         "mem.consolidate()\n"
     )
-    env = _env(EVOMEM_REDIS_URL=redis_url, EVOMEM_DATA_DIR=str(tmp_path / "cli"), EVOMEM_CONTROLLER="rules")
+    env = child_env(
+        EVOMEM_REDIS_URL=redis_url, EVOMEM_DATA_DIR=str(tmp_path / "cli"), EVOMEM_CONTROLLER="rules"
+    )
     victim = subprocess.Popen([sys.executable, "-c", code], env=env)
     try:
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from bench.common import child_env as bench_child_env
 from evomem.adapters.memory.graph import InMemoryGraphStore
 from evomem.core import decisions as controllers
 from evomem.core.decisions import DecisionInput, RuleController
@@ -24,6 +25,14 @@ from evomem.core.editing import plan_edits
 from evomem.settings import Settings
 from schemas import TaskEvent
 from schemas.models import utcnow
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a process a test starts: the benchmarks' (``bench.common.child_env``: this
+    one's without its ``EVOMEM_*`` variables, on the hashing embedder whatever the default, as
+    tests/conftest.py pins it for the test process), then ``extra`` (which may name another)."""
+    return {**bench_child_env(), **extra}
+
 
 #: Worker settings that make redelivery quick enough for a test: an event a dead consumer held is
 #: reclaimed after 1.5 s, a batch task runs at most 0.6 s.
